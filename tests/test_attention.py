@@ -1,0 +1,259 @@
+"""Eq. 1 and multi-head attention against PyTorch's own, plus the mistakes these tests must catch."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import copy_attention
+
+from transformer.attention import (
+    MultiHeadAttention,
+    merge_heads,
+    scaled_dot_product_attention,
+    split_heads,
+)
+from transformer.masks import causal_mask, padding_mask
+
+# ---------------------------------------------------------------- worked examples (exact numbers)
+
+
+def test_worked_example_cross():
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    k = torch.tensor([[2.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    v = torch.tensor([[10.0, 0.0], [0.0, 10.0], [5.0, 5.0]])
+    out, weights = scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(weights[0], torch.tensor([0.576, 0.140, 0.284]), atol=1e-3, rtol=0)
+    expected = torch.tensor([[7.18, 2.82], [2.82, 7.18], [5.0, 5.0]])
+    torch.testing.assert_close(out, expected, atol=5e-3, rtol=0)
+
+
+def test_worked_example_self_and_causal():
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    out, _ = scaled_dot_product_attention(x, x, x)
+    expected = torch.tensor([[0.802, 0.599], [0.599, 0.802], [0.752, 0.752]])
+    torch.testing.assert_close(out, expected, atol=1e-3, rtol=0)
+    out, weights = scaled_dot_product_attention(x, x, x, causal_mask(3))
+    expected = torch.tensor([[1.0, 0.0], [0.330, 0.670], [0.752, 0.752]])
+    torch.testing.assert_close(out, expected, atol=1e-3, rtol=0)
+    assert torch.all(weights.triu(1) == 0), "a query attended to a future key"
+
+
+# ---------------------------------------------------------------- against F.scaled_dot_product_attention
+
+
+def random_qkv(batch, heads, n_q, n_k, d_k, d_v, dtype, requires_grad=False):
+    shape = lambda n, d: (*batch, heads, n, d)  # noqa: E731
+    return tuple(
+        torch.randn(shape(n, d), dtype=dtype, requires_grad=requires_grad)
+        for n, d in ((n_q, d_k), (n_k, d_k), (n_k, d_v))
+    )
+
+
+def random_padding_mask(batch: int, n_k: int) -> torch.Tensor:
+    """(B, 1, 1, Tk) True = attend, each row with a different number of real keys (at least one)."""
+    lengths = torch.randint(1, n_k + 1, (batch,))
+    return (torch.arange(n_k)[None, :] < lengths[:, None])[:, None, None, :]
+
+
+def max_diff_vs_reference(attention_fn, dtype=torch.float64, mask_kind="padding") -> float:
+    """Largest |ours - F.scaled_dot_product_attention| over several shapes (Tq != Tk included)."""
+    worst = 0.0
+    for B, H, n_q, n_k, d_k, d_v in [(2, 3, 5, 7, 8, 8), (1, 1, 4, 4, 16, 4), (3, 4, 9, 6, 32, 16)]:
+        q, k, v = random_qkv((B,), H, n_q, n_k, d_k, d_v, dtype)
+        if mask_kind == "none":
+            mask = None
+        elif mask_kind == "causal":
+            n_k = n_q
+            q, k, v = random_qkv((B,), H, n_q, n_q, d_k, d_v, dtype)
+            mask = causal_mask(n_q)
+        elif mask_kind == "random":
+            mask = torch.rand(B, H, n_q, n_k) > 0.3
+            mask[..., 0] = True  # keep every row attendable (the reference gives NaN otherwise)
+        else:
+            mask = random_padding_mask(B, n_k)
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        out, _ = attention_fn(q, k, v, mask)
+        worst = max(worst, (out - expected).abs().max().item())
+    return worst
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "padding", "causal", "random"])
+def test_matches_torch_float64(mask_kind):
+    assert max_diff_vs_reference(scaled_dot_product_attention, torch.float64, mask_kind) < 1e-12
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "padding", "causal", "random"])
+def test_matches_torch_float32(mask_kind):
+    assert max_diff_vs_reference(scaled_dot_product_attention, torch.float32, mask_kind) < 1e-6
+
+
+def test_matches_torch_is_causal_and_extra_batch_dims():
+    q, k, v = random_qkv((2, 3), 4, 6, 6, 8, 8, torch.float64)  # two leading batch dims
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out, weights = scaled_dot_product_attention(q, k, v, causal_mask(6))
+    assert (out - expected).abs().max() < 1e-12
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 4, 6, dtype=torch.float64))
+
+
+def test_gradients_match_gradcheck():
+    q, k, v = random_qkv((2,), 2, 4, 5, 3, 3, torch.float64, requires_grad=True)
+    mask = random_padding_mask(2, 5)
+    assert torch.autograd.gradcheck(lambda *t: scaled_dot_product_attention(*t, mask)[0], (q, k, v))
+    # and the gradients equal PyTorch's
+    ours = torch.autograd.grad(scaled_dot_product_attention(q, k, v, mask)[0].sum(), (q, k, v))
+    theirs = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, mask).sum(), (q, k, v))
+    for a, b in zip(ours, theirs):
+        assert (a - b).abs().max() < 1e-12
+
+
+def test_padded_keys_get_exactly_zero_weight():
+    q, k, v = random_qkv((3,), 2, 4, 6, 8, 8, torch.float32)
+    mask = random_padding_mask(3, 6)
+    _, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert torch.all(weights.masked_select(~mask.expand_as(weights)) == 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_fully_masked_row_gives_zeros_not_nan(dtype):
+    q, k, v = random_qkv((2,), 2, 3, 4, 8, 8, torch.float32, requires_grad=True)
+    mask = torch.ones(2, 1, 3, 4, dtype=torch.bool)
+    mask[0, :, 1] = False  # query 1 of sentence 0 may attend to nothing
+    out, weights = scaled_dot_product_attention(*(t.to(dtype) for t in (q, k, v)), mask)
+    assert not torch.isnan(out).any() and not torch.isnan(weights).any()
+    assert torch.all(out[0, :, 1] == 0) and torch.all(weights[0, :, 1] == 0)
+    out.float().sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fully_masked_row_under_autocast(dtype):
+    mha = MultiHeadAttention(16, 4)
+    x = torch.randn(2, 5, 16)
+    mask = torch.zeros(2, 1, 1, 5, dtype=torch.bool)
+    mask[1] = True  # sentence 0 is all padding
+    with torch.autocast("cpu", dtype=dtype):
+        out, weights = mha(x, x, x, mask)
+    assert torch.isfinite(out).all() and torch.isfinite(weights).all()
+    assert torch.all(weights[0] == 0)
+
+
+# ---------------------------------------------------------------- the classic mistakes are caught
+
+
+def no_scale(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1)  # forgot / √d_k
+    scores = scores.masked_fill(~mask, float("-inf")) if mask is not None else scores
+    return torch.softmax(scores, -1) @ v, None
+
+
+def mask_after_softmax(q, k, v, mask):
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), -1)
+    weights = weights.masked_fill(~mask, 0.0) if mask is not None else weights  # not renormalised
+    return weights @ v, None
+
+
+def mask_with_zero(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    scores = scores.masked_fill(~mask, 0.0) if mask is not None else scores  # 0 is not -inf
+    return torch.softmax(scores, -1) @ v, None
+
+
+@pytest.mark.parametrize("mistake", [no_scale, mask_after_softmax, mask_with_zero])
+def test_classic_mistakes_are_detected(mistake):
+    assert max_diff_vs_reference(mistake, torch.float64, "padding") > 1e-3
+
+
+def bad_split_heads(x, n_heads):
+    B, T, D = x.shape
+    return x.reshape(B, n_heads, T, D // n_heads)  # no transpose: mixes time steps into heads
+
+
+def bad_merge_heads(x):
+    B, H, T, Dh = x.shape
+    return x.reshape(B, T, H * Dh)
+
+
+def test_head_split_without_transpose_is_detected(monkeypatch):
+    assert mha_max_diff_vs_torch() < 1e-5
+    monkeypatch.setattr("transformer.attention.split_heads", bad_split_heads)
+    monkeypatch.setattr("transformer.attention.merge_heads", bad_merge_heads)
+    assert mha_max_diff_vs_torch() > 1e-3
+
+
+def test_split_merge_round_trip_and_layout():
+    x = torch.arange(2 * 3 * 8.0).view(2, 3, 8)
+    heads = split_heads(x, 4)  # (B, H, T, Dh)
+    assert heads.shape == (2, 4, 3, 2)
+    torch.testing.assert_close(heads[1, 2, 0], x[1, 0, 4:6])  # head 2 of token 0 = features 4..5
+    torch.testing.assert_close(merge_heads(heads), x)
+
+
+# ---------------------------------------------------------------- MultiHeadAttention vs nn.MultiheadAttention
+
+
+def mha_max_diff_vs_torch(d_model=32, n_heads=4) -> float:
+    """Self-attention (causal + key padding) and cross-attention (key padding), outputs and weights."""
+    ours = MultiHeadAttention(d_model, n_heads)
+    theirs = torch.nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+    copy_attention(ours, theirs)
+    B, T, S = 3, 6, 8
+    x, memory = torch.randn(B, T, d_model), torch.randn(B, S, d_model)
+    tgt_tokens = torch.randint(1, 9, (B, T))
+    tgt_tokens[1, 4:] = 0  # padding at the end of sentence 1
+    src_tokens = torch.randint(1, 9, (B, S))
+    src_tokens[0, 5:] = 0
+    worst = 0.0
+    # self-attention: ours True = attend; PyTorch's attn_mask / key_padding_mask True = BLOCKED
+    out, w = ours(x, x, x, causal_mask(T) & padding_mask(tgt_tokens, 0))
+    ref, ref_w = theirs(
+        x, x, x,
+        attn_mask=~causal_mask(T),
+        key_padding_mask=tgt_tokens == 0,
+        need_weights=True,
+        average_attn_weights=False,
+    )  # fmt: skip
+    worst = max(worst, (out - ref).abs().max().item(), (w - ref_w).abs().max().item())
+    # cross-attention: queries from x, keys/values from memory
+    out, w = ours(x, memory, memory, padding_mask(src_tokens, 0))
+    ref, ref_w = theirs(x, memory, memory, key_padding_mask=src_tokens == 0, average_attn_weights=False)
+    worst = max(worst, (out - ref).abs().max().item(), (w - ref_w).abs().max().item())
+    # distinct key and value tensors
+    other = torch.randn(B, S, d_model)
+    out, w = ours(x, memory, other)
+    ref, ref_w = theirs(x, memory, other, average_attn_weights=False)
+    return max(worst, (out - ref).abs().max().item(), (w - ref_w).abs().max().item())
+
+
+@pytest.mark.parametrize("d_model,n_heads", [(32, 4), (24, 3), (16, 1)])
+def test_multihead_matches_torch(d_model, n_heads):
+    assert mha_max_diff_vs_torch(d_model, n_heads) < 1e-5
+
+
+def test_parameter_count_is_4d2_plus_4d():
+    d = 64
+    assert sum(p.numel() for p in MultiHeadAttention(d, 8).parameters()) == 4 * d * d + 4 * d
+
+
+def test_invalid_head_count_names_the_values():
+    with pytest.raises(ValueError, match="d_model=30 is not divisible by n_heads=4"):
+        MultiHeadAttention(30, 4)
+
+
+def test_cached_self_attention_equals_full():
+    mha = MultiHeadAttention(32, 4).eval()
+    x = torch.randn(2, 7, 32)
+    full, _ = mha(x, x, x, causal_mask(7))
+    cache: dict = {}
+    steps = [mha(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], None, cache)[0] for t in range(7)]
+    assert (torch.cat(steps, dim=1) - full).abs().max() < 1e-6
+    assert cache["k"].shape == (2, 4, 7, 8)
+
+
+def test_cross_attention_cache_computed_once():
+    mha = MultiHeadAttention(32, 4, self_attention=False).eval()
+    memory, cache = torch.randn(2, 5, 32), {}
+    mha(torch.randn(2, 1, 32), memory, memory, None, cache)
+    k_first = cache["k"]
+    out, _ = mha(torch.randn(2, 1, 32), torch.zeros(0), torch.zeros(0), None, cache)  # memory unused now
+    assert cache["k"] is k_first and out.shape == (2, 1, 32)

@@ -1,0 +1,114 @@
+"""Scaled dot-product attention (Eq. 1, §3.2.1) and multi-head attention (§3.2.2), by hand.
+
+    Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V
+
+Masks are boolean, True = may attend (see ``masks.py``), applied to the scores before the softmax.
+A query whose keys are ALL masked (a padding query) gets zero weights and a zero output, never NaN.
+
+Shapes: B batch, H heads, Tq query length, Tk key length, D d_model, Dh head size (D / H).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 1 on (..., Tq, Dk), (..., Tk, Dk), (..., Tk, Dv) -> (output (..., Tq, Dv), weights (..., Tq, Tk)).
+
+    ``mask``: bool, broadcastable to (..., Tq, Tk), True = attend. ``dropout`` drops attention weights
+    (training only; the caller passes 0.0 in eval mode).
+    """
+    scale = 1.0 / math.sqrt(query.size(-1))
+    scores = torch.matmul(query, key.transpose(-2, -1)) * scale  # (..., Tq, Tk)
+    if mask is None:
+        weights = torch.softmax(scores, dim=-1)  # (..., Tq, Tk)
+    else:
+        # The most negative finite number rather than -inf: a fully masked row then softmaxes to a
+        # uniform row instead of 0/0 = NaN (also in fp16/bf16), and is zeroed just below.
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)  # (..., Tq, Tk)
+    if dropout > 0.0:
+        weights = F.dropout(weights, p=dropout)
+    return torch.matmul(weights, value), weights  # (..., Tq, Dv), (..., Tq, Tk)
+
+
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(B, T, D) -> (B, H, T, Dh): view the last dim as H heads, THEN move heads before time."""
+    B, T, D = x.shape
+    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)  # (B, H, T, Dh)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, Dh) -> (B, T, D), the inverse of ``split_heads``."""
+    B, H, T, Dh = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * Dh)  # (B, T, D)
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
+
+    The three input projections are stored as one (3D, D) matrix ``qkv_proj`` (rows: Q, then K, then V,
+    the packing of ``nn.MultiheadAttention.in_proj_weight``), so self-attention is one matmul.
+    When ``query is key is value`` the projection is one matmul; the math is the same either way.
+
+    Incremental decoding: pass a dict as ``cache``. A self-attention module (``self_attention=True``)
+    appends this step's keys/values to ``cache["k"]``, ``cache["v"]``; a cross-attention module computes
+    the memory's keys/values on the first call and reuses them afterwards.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, self_attention: bool = True):
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.d_model, self.n_heads, self.dropout = d_model, n_heads, dropout
+        self.self_attention = self_attention
+        self.qkv_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        nn.init.xavier_uniform_(self.qkv_proj.weight)
+        nn.init.zeros_(self.qkv_proj.bias)
+        nn.init.zeros_(self.out_proj.bias)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        cache: dict[str, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """query (B, Tq, D), key/value (B, Tk, D), mask bool (B|1, 1|H, Tq|1, Tk), True = attend.
+
+        Returns (output (B, Tq, D), per-head weights (B, H, Tq, Tk)).
+        """
+        H, D = self.n_heads, self.d_model
+        w, b = self.qkv_proj.weight, self.qkv_proj.bias
+        if query is key and key is value:  # one fused projection
+            q, k, v = self.qkv_proj(query).chunk(3, dim=-1)  # 3 × (B, Tq, D)
+            q, k, v = (split_heads(x, H) for x in (q, k, v))  # 3 × (B, H, Tq, Dh)
+        else:
+            q = split_heads(F.linear(query, w[:D], b[:D]), H)  # (B, H, Tq, Dh)
+            if cache is not None and not self.self_attention and "k" in cache:
+                k, v = cache["k"], cache["v"]  # the memory's keys/values, computed on the first step
+            elif key is value:
+                k, v = F.linear(key, w[D:], b[D:]).chunk(2, dim=-1)  # 2 × (B, Tk, D)
+                k, v = split_heads(k, H), split_heads(v, H)  # 2 × (B, H, Tk, Dh)
+            else:
+                k = split_heads(F.linear(key, w[D : 2 * D], b[D : 2 * D]), H)  # (B, H, Tk, Dh)
+                v = split_heads(F.linear(value, w[2 * D :], b[2 * D :]), H)  # (B, H, Tk, Dh)
+        if cache is not None:
+            if self.self_attention and "k" in cache:  # the past target tokens, then this step's
+                k = torch.cat([cache["k"], k], dim=2)  # (B, H, Tk, Dh)
+                v = torch.cat([cache["v"], v], dim=2)  # (B, H, Tk, Dh)
+            cache["k"], cache["v"] = k, v
+        dropout = self.dropout if self.training else 0.0
+        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout)  # (B, H, Tq, Dh)
+        return self.out_proj(merge_heads(out)), weights  # (B, Tq, D), (B, H, Tq, Tk)

@@ -1,0 +1,209 @@
+"""Configuration: frozen dataclasses, the ONLY place defaults live, loaded from YAML with strict keys.
+
+A YAML file holds overrides only, by section (``model``, ``data``, ``train``, ``eval``); command-line
+overrides use dotted keys (``--set train.max_steps=200``). An unknown key or a value of the wrong type
+is a ``ConfigError`` that names the key (and lists the valid ones).
+"""
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration file or override is invalid; the message names the key."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    dropout: float = 0.1  # residual, embeddings and attention weights (§5.4)
+    norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm
+    share_embeddings: bool = True  # tie source, target and output embeddings (joint vocab, §3.4)
+    max_positions: int = 1024  # length of the sinusoidal table
+
+    def __post_init__(self):
+        for name in ("d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"model.{name}={getattr(self, name)} must be >= 1")
+        if self.d_model % self.n_heads != 0:
+            raise ConfigError(
+                f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout={self.dropout} must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    dataset: str = "multi30k"  # "multi30k", "text" (local parallel files) or "hub"
+    src_lang: str = "de"
+    tgt_lang: str = "en"
+    data_dir: str | None = None  # local Multi30k mirror; else $MULTI30K_DIR; else download
+    hub_name: str | None = None  # dataset == "hub": e.g. "wmt14"
+    hub_config: str | None = None  # e.g. "de-en"
+    text_prefix: str | None = None  # dataset == "text": files <prefix>.<split>.<lang>
+    vocab_size: int = 8000  # joint SentencePiece vocabulary
+    tokenizer_type: str = "bpe"  # "bpe" or "unigram"
+    max_tokens: int = 4000  # padded source + target tokens per batch
+    max_len: int = 128  # training filter: drop pairs with a side longer than this (in tokens)
+    train_limit: int = 0  # > 0: keep only the first N training pairs (smoke tests)
+    eval_limit: int = 0  # > 0: keep only the first N validation / test pairs (smoke tests)
+
+    def __post_init__(self):
+        if self.dataset not in ("multi30k", "text", "hub"):
+            raise ConfigError(f"data.dataset={self.dataset!r}: expected multi30k, text or hub")
+        if self.tokenizer_type not in ("bpe", "unigram"):
+            raise ConfigError(f"data.tokenizer_type={self.tokenizer_type!r}: expected bpe or unigram")
+        for name in ("vocab_size", "max_tokens", "max_len"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"data.{name}={getattr(self, name)} must be >= 1")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    seed: int = 1
+    max_epochs: int = 0  # 0 = no limit
+    max_steps: int = 0  # optimizer updates; 0 = no limit
+    max_minutes: float = 0.0  # wall-clock budget for training; 0 = no limit
+    warmup_steps: int = 4000  # §5.3
+    lr_scale: float = 1.0  # lr = lr_scale · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
+    peak_lr: float = 0.0  # > 0: choose lr_scale so that the lr at step = warmup_steps is this
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_eps: float = 1.0e-9
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip_grad_norm: float = 0.0  # 0 = no clipping
+    accum_steps: int = 1  # gradient accumulation: batches per optimizer update
+    device: str = "auto"  # "auto" (cuda if present), "cpu", "cuda", "cuda:1", ...
+    precision: str = "auto"  # "auto" (bf16 on cuda, fp32 on cpu), "fp32", "bf16", "fp16"
+    compile: bool = False  # torch.compile the model
+    nonfinite_loss: str = "stop"  # "stop" (keep the last good checkpoint) or "skip" the update
+    log_every: int = 50  # steps between TensorBoard scalars
+    keep_last: bool = True  # write checkpoint "last.pt" at each evaluation
+
+    def __post_init__(self):
+        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
+            raise ConfigError(f"train.precision={self.precision!r}: expected auto, fp32, bf16, fp16")
+        if self.nonfinite_loss not in ("stop", "skip"):
+            raise ConfigError(f"train.nonfinite_loss={self.nonfinite_loss!r}: expected stop or skip")
+        if self.accum_steps < 1:
+            raise ConfigError(f"train.accum_steps={self.accum_steps} must be >= 1")
+        if self.warmup_steps < 1:
+            raise ConfigError(f"train.warmup_steps={self.warmup_steps} must be >= 1")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"train.label_smoothing={self.label_smoothing} must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    every_steps: int = 1000  # validation (loss + BLEU) every N optimizer updates; 0 = only at the end
+    max_tokens: int = 8000  # source tokens per decoding batch
+    beam_size: int = 1  # 1 = greedy
+    length_penalty: float = 0.6  # α of the beam search length penalty
+    max_len_offset: int = 50  # decode at most source length + this many tokens (§6.1)
+    n_alignment_sentences: int = 3  # validation sentences drawn as attention heatmaps
+    n_sample_translations: int = 5  # validation translations logged as text
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return dataclasses.asdict(self)
+
+
+def _coerce(value: Any, annotation: Any, key: str) -> Any:
+    """Check (and gently convert) a YAML value to the field's type; errors name the key."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        annotation = next(a for a in options if a is not type(None))
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+    elif annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # PyYAML reads 1e-4 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif annotation is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"{key}: expected {annotation.__name__}, got {value!r}")
+
+
+def _build(cls: type, values: dict[str, Any], section: str) -> Any:
+    if not isinstance(values, dict):
+        raise ConfigError(f"{section}: expected a mapping of keys, got {values!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for name, value in values.items():
+        if name not in fields:
+            raise ConfigError(f"unknown key {section}.{name}; valid keys in {section}: {', '.join(fields)}")
+        kwargs[name] = _coerce(value, hints[name], f"{section}.{name}")
+    return cls(**kwargs)
+
+
+def config_from_dict(values: dict[str, Any]) -> Config:
+    sections = {f.name: f.type for f in dataclasses.fields(Config)}
+    sections = {name: typing.get_type_hints(Config)[name] for name in sections}
+    for name in values:
+        if name not in sections:
+            raise ConfigError(f"unknown section {name!r}; valid sections: {', '.join(sections)}")
+    return Config(**{name: _build(cls, values.get(name) or {}, name) for name, cls in sections.items()})
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """'train.max_steps=200' -> ('train', 'max_steps', 200)."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise ConfigError(f"override {text!r}: expected section.key=value")
+    dotted, raw = text.split("=", 1)
+    section, key = dotted.strip().split(".", 1)
+    return section, key, yaml.safe_load(raw) if raw.strip() else None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
+    """YAML file (overrides of the defaults) + dotted overrides -> Config."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except OSError as error:
+            raise ConfigError(f"cannot read config {path}: {error.strerror}") from None
+        except yaml.YAMLError as error:
+            raise ConfigError(f"config {path} is not valid YAML: {error}") from None
+        if not isinstance(values, dict):
+            raise ConfigError(f"config {path}: expected a mapping of sections at the top level")
+    for text in overrides:
+        section, key, value = parse_override(text)
+        values.setdefault(section, {})
+        if not isinstance(values[section], dict):
+            raise ConfigError(f"{section}: expected a mapping of keys")
+        values[section][key] = value
+    return config_from_dict(values)

@@ -1,0 +1,142 @@
+"""The encoder-decoder Transformer (§3, Figure 1): ``encode`` the source once, ``decode`` the target.
+
+Shapes, everywhere in this package:
+    B batch   S source length   T target length   D d_model   H heads   Dh head size (D / H)
+    F d_ff    V vocabulary      K beam size
+
+    src (B, S) ──Encoder──▶ memory (B, S, D)
+    tgt_in (B, T) = BOS + target ──Decoder(memory)──▶ logits (B, T, V), scored against tgt_out = target + EOS
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from transformer.config import ModelConfig
+from transformer.embeddings import PositionalEncoding, TokenEmbedding
+from transformer.layers import DecoderLayer, EncoderLayer
+from transformer.masks import decoder_self_mask, padding_mask
+
+# One decoding cache per decoder layer: {"self": {"k", "v"}, "cross": {"k", "v"}}.
+Cache = list[dict[str, dict[str, torch.Tensor]]]
+
+
+@dataclass
+class Attention:
+    """Every layer's attention weights, for visualisation: lists over layers of (B, H, Tq, Tk)."""
+
+    encoder_self: list[torch.Tensor]
+    decoder_self: list[torch.Tensor]
+    cross: list[torch.Tensor]
+
+
+class Encoder(nn.Module):
+    """N encoder layers over embedded + position-encoded source tokens."""
+
+    def __init__(self, config: ModelConfig, embedding: TokenEmbedding):
+        super().__init__()
+        c = config
+        self.embedding = embedding
+        self.positions = PositionalEncoding(c.d_model, c.max_positions)
+        self.dropout = nn.Dropout(c.dropout)
+        self.layers = nn.ModuleList(
+            EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first)
+            for _ in range(c.n_encoder_layers)
+        )
+        self.final_norm = nn.LayerNorm(c.d_model) if c.norm_first else None
+
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor):
+        """src (B, S), src_mask (B, 1, 1, S) -> memory (B, S, D), [self-attention (B, H, S, S)] per layer."""
+        x = self.dropout(self.positions(self.embedding(src)))  # (B, S, D)
+        weights = []
+        for layer in self.layers:
+            x, w = layer(x, src_mask)
+            weights.append(w)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, weights
+
+
+class Decoder(nn.Module):
+    """N decoder layers over the shifted-right target, attending to the encoder's memory."""
+
+    def __init__(self, config: ModelConfig, embedding: TokenEmbedding):
+        super().__init__()
+        c = config
+        self.embedding = embedding
+        self.positions = PositionalEncoding(c.d_model, c.max_positions)
+        self.dropout = nn.Dropout(c.dropout)
+        self.layers = nn.ModuleList(
+            DecoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first)
+            for _ in range(c.n_decoder_layers)
+        )
+        self.final_norm = nn.LayerNorm(c.d_model) if c.norm_first else None
+
+    def forward(self, tgt_in, memory, tgt_mask, src_mask, cache: Cache | None = None):
+        """tgt_in (B, T), memory (B, S, D) -> (B, T, D), self weights [(B, H, T, T)], cross [(B, H, T, S)].
+
+        With a ``cache``, ``tgt_in`` holds only the NEW tokens; positions continue after the cache.
+        """
+        start = cache[0]["self"]["k"].size(2) if cache and "k" in cache[0]["self"] else 0
+        x = self.dropout(self.positions(self.embedding(tgt_in), start))  # (B, T, D)
+        self_weights, cross_weights = [], []
+        for i, layer in enumerate(self.layers):
+            x, w_self, w_cross = layer(x, memory, tgt_mask, src_mask, cache[i] if cache is not None else None)
+            self_weights.append(w_self)
+            cross_weights.append(w_cross)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, self_weights, cross_weights
+
+
+class Transformer(nn.Module):
+    """Encoder, decoder and output projection; the three embeddings tied when the vocabulary is joint."""
+
+    def __init__(self, config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
+        super().__init__()
+        if config.share_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError(
+                f"model.share_embeddings needs a joint vocabulary, got src_vocab_size={src_vocab_size} "
+                f"and tgt_vocab_size={tgt_vocab_size}"
+            )
+        self.config, self.pad_id = config, pad_id
+        tgt_embedding = TokenEmbedding(tgt_vocab_size, config.d_model)
+        src_embedding = (
+            tgt_embedding if config.share_embeddings else TokenEmbedding(src_vocab_size, config.d_model)
+        )
+        self.encoder = Encoder(config, src_embedding)
+        self.decoder = Decoder(config, tgt_embedding)
+        self.output_proj = nn.Linear(config.d_model, tgt_vocab_size, bias=False)
+        if config.share_embeddings:  # §3.4: the pre-softmax projection is the embedding matrix
+            self.output_proj.weight = tgt_embedding.weight
+        else:
+            nn.init.normal_(self.output_proj.weight, mean=0.0, std=config.d_model**-0.5)
+
+    def encode(self, src: torch.Tensor):
+        """src (B, S) -> memory (B, S, D), src_mask (B, 1, 1, S) bool, encoder self weights per layer."""
+        src_mask = padding_mask(src, self.pad_id)  # (B, 1, 1, S) True = attend
+        memory, weights = self.encoder(src, src_mask)
+        return memory, src_mask, weights
+
+    def decode(self, tgt_in, memory, src_mask, cache: Cache | None = None):
+        """tgt_in (B, T) -> logits (B, T, V), decoder self weights, cross weights (lists over layers).
+
+        Without a cache: the full shifted-right target under the causal + padding mask. With a cache:
+        only the new token(s); no mask is needed since they may see every cached (past) token.
+        """
+        tgt_mask = None if cache is not None else decoder_self_mask(tgt_in, self.pad_id)  # (B, 1, T, T)
+        x, self_weights, cross_weights = self.decoder(tgt_in, memory, tgt_mask, src_mask, cache)
+        return self.output_proj(x), self_weights, cross_weights  # (B, T, V)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, return_attention: bool = False):
+        """src (B, S), tgt_in (B, T) -> logits (B, T, V) [, Attention]."""
+        memory, src_mask, encoder_weights = self.encode(src)
+        logits, self_weights, cross_weights = self.decode(tgt_in, memory, src_mask)
+        if return_attention:
+            return logits, Attention(encoder_weights, self_weights, cross_weights)
+        return logits
+
+    def new_cache(self) -> Cache:
+        """An empty incremental-decoding cache, one entry per decoder layer."""
+        return [{"self": {}, "cross": {}} for _ in self.decoder.layers]
