@@ -1,0 +1,411 @@
+"""Data pipeline: loaders and their errors, checksums, the invariants of token-bucket batches."""
+
+import gzip
+import os
+import shutil
+from itertools import accumulate
+from pathlib import Path
+
+import datasets
+import pytest
+import torch
+from datasets import Dataset, DatasetDict, Features, Translation, Value
+
+from transformer import data
+from transformer.data import (
+    Batch,
+    DataError,
+    collate,
+    encode_split,
+    filter_by_length,
+    iter_batches,
+    load_hub_dataset,
+    load_multi30k,
+    load_parallel_text,
+    make_batches,
+    read_lines,
+    read_parallel,
+    restore_order,
+)
+from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
+
+# -------- fixtures -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir() -> Path:
+    default = Path(__file__).parents[1] / ".." / "shared" / "data" / "multi30k"
+    path = Path(os.environ.get("MULTI30K_DIR", default))
+    if not path.is_dir():
+        pytest.skip(f"no Multi30k mirror at {path}: set MULTI30K_DIR")
+    return path
+
+
+@pytest.fixture(scope="session")
+def de_en(multi30k_dir) -> DatasetDict:
+    return load_multi30k("de", "en", data_dir=multi30k_dir)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(de_en, tmp_path_factory):
+    pairs = de_en["train"][:3000]["translation"]
+    sentences = [pair[lang] for pair in pairs for lang in ("de", "en")]
+    return train_tokenizer(sentences, tmp_path_factory.mktemp("spm") / "de_en", vocab_size=1000)
+
+
+@pytest.fixture(scope="session")
+def lengths() -> tuple[list[int], list[int]]:
+    """3000 synthetic (source, target) lengths in tokens, plus two pairs too long for any budget."""
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(1, 60, (3000,), generator=generator)
+    tgt = (src + torch.randint(-5, 6, (3000,), generator=generator)).clamp(min=1)
+    return src.tolist() + [500, 3], tgt.tolist() + [4, 700]
+
+
+def fake_ids(src_lengths, tgt_lengths):
+    """Token ids with the right lengths, none of them special: sentence i is all (i % 50) + 4."""
+    src = [[i % 50 + 4] * n for i, n in enumerate(src_lengths)]
+    tgt = [[i % 50 + 4] * n for i, n in enumerate(tgt_lengths)]
+    return src, tgt
+
+
+def write_gz(path: Path, text: str) -> Path:
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+# -------- Multi30k -------------------------------------------------------------------------------
+
+
+def test_multi30k_de_en(de_en, multi30k_dir):
+    assert {split: len(ds) for split, ds in de_en.items()} == {
+        "train": 29000,
+        "validation": 1014,
+        "test": 1000,
+    }
+    first = de_en["train"][0]["translation"]
+    assert first == {
+        "de": read_lines(multi30k_dir / "train.de.gz")[0],
+        "en": read_lines(multi30k_dir / "train.en.gz")[0],
+    }
+    assert first["de"].startswith("Zwei junge weiße Männer")
+
+
+def test_multi30k_other_direction_from_env(multi30k_dir, monkeypatch):
+    monkeypatch.setenv("MULTI30K_DIR", str(multi30k_dir))
+    fr_cs = load_multi30k("fr", "cs")
+    assert [len(ds) for ds in fr_cs.values()] == [29000, 1014, 1000]
+    assert set(fr_cs["test"][5]["translation"]) == {"fr", "cs"}
+
+
+@pytest.mark.parametrize(
+    ("src_lang", "tgt_lang", "message"),
+    [("es", "en", "'es' not available; valid: en, de, fr, cs"), ("de", "de", "both 'de'")],
+)
+def test_multi30k_bad_language(multi30k_dir, src_lang, tgt_lang, message):
+    with pytest.raises(DataError, match=message):
+        load_multi30k(src_lang, tgt_lang, data_dir=multi30k_dir)
+
+
+def copy_mirror(source: Path, target: Path, langs=("de", "en")) -> Path:
+    target.mkdir()
+    for stem in ("train", "val", "test_2016_flickr"):
+        for lang in langs:
+            shutil.copy(source / f"{stem}.{lang}.gz", target / f"{stem}.{lang}.gz")
+    return target
+
+
+def test_multi30k_checksum_mismatch(multi30k_dir, tmp_path):
+    mirror = copy_mirror(multi30k_dir, tmp_path / "mirror")
+    (mirror / "val.en.gz").chmod(0o644)
+    with open(mirror / "val.en.gz", "ab") as f:
+        f.write(b"\0")
+    message = r"val\.en\.gz: SHA-256 mismatch, expected 14f7d2\w+, got \w+"
+    with pytest.raises(DataError, match=message):
+        load_multi30k("de", "en", data_dir=mirror)
+
+
+def test_multi30k_missing_file(multi30k_dir, tmp_path):
+    mirror = copy_mirror(multi30k_dir, tmp_path / "mirror")
+    (mirror / "test_2016_flickr.de.gz").unlink()
+    with pytest.raises(DataError, match=r"test_2016_flickr\.de\.gz: file not found"):
+        load_multi30k("de", "en", data_dir=mirror)
+
+
+def test_multi30k_download(multi30k_dir, tmp_path, monkeypatch):
+    """The download path, served from the local mirror through a file:// URL."""
+    monkeypatch.delenv("MULTI30K_DIR", raising=False)
+    monkeypatch.setattr(data, "MULTI30K_URL", multi30k_dir.resolve().as_uri() + "/")
+    cache = tmp_path / "cache"
+    loaded = load_multi30k("en", "fr", cache_dir=cache)
+    assert [len(ds) for ds in loaded.values()] == [29000, 1014, 1000]
+    stems = ("train", "val", "test_2016_flickr")
+    expected = [f"{stem}.{lang}.gz" for stem in stems for lang in ("en", "fr")]
+    assert sorted(path.name for path in cache.iterdir()) == sorted(expected)  # no temp files left
+
+
+def test_multi30k_download_checksum_mismatch(multi30k_dir, tmp_path, monkeypatch):
+    server = copy_mirror(multi30k_dir, tmp_path / "server")
+    (server / "train.de.gz").chmod(0o644)
+    (server / "train.de.gz").write_bytes(b"not the real file")
+    monkeypatch.delenv("MULTI30K_DIR", raising=False)
+    monkeypatch.setattr(data, "MULTI30K_URL", server.as_uri() + "/")
+    cache = tmp_path / "cache"
+    with pytest.raises(DataError, match=r"train\.de\.gz: SHA-256 mismatch, expected 726e39\w+"):
+        load_multi30k("de", "en", cache_dir=cache)
+    assert not any(cache.iterdir())
+
+
+# -------- read_lines -----------------------------------------------------------------------------
+
+
+def test_read_lines_keeps_all_but_the_line_ending(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_bytes(" leading\r\ntrailing  \n\nin\u2028line\x0bbreaks\nno final newline".encode())
+    assert read_lines(path) == [
+        " leading",
+        "trailing  ",
+        "",
+        "in\u2028line\x0bbreaks",
+        "no final newline",
+    ]
+    assert read_lines(write_gz(tmp_path / "a.txt.gz", path.read_text())) == read_lines(path)
+
+
+def test_read_lines_missing_file(tmp_path):
+    with pytest.raises(DataError, match=r"nope\.de: file not found"):
+        read_lines(tmp_path / "nope.de")
+
+
+def test_read_lines_empty_file(tmp_path):
+    (tmp_path / "empty.en").touch()
+    with pytest.raises(DataError, match=r"empty\.en: file is empty"):
+        read_lines(tmp_path / "empty.en")
+    with pytest.raises(DataError, match=r"empty\.en\.gz: file is empty"):
+        read_lines(write_gz(tmp_path / "empty.en.gz", ""))
+
+
+def test_read_lines_not_utf8(tmp_path):
+    text = "Ein Mädchen.\nZwei Männer.\n".encode() + "Drei Größen.\n".encode("latin-1")
+    (tmp_path / "latin1.de").write_bytes(text)
+    with pytest.raises(DataError, match=r"latin1\.de: line 3 is not valid UTF-8"):
+        read_lines(tmp_path / "latin1.de")
+
+
+def test_read_lines_corrupted_gzip(tmp_path):
+    compressed = gzip.compress(("Ein Hund rennt.\n" * 1000).encode())
+    (tmp_path / "truncated.gz").write_bytes(compressed[: len(compressed) // 2])
+    (tmp_path / "not_gzip.gz").write_bytes(b"plain text, wrong name\n")
+    for name in ("truncated.gz", "not_gzip.gz"):
+        with pytest.raises(DataError, match=rf"{name}: corrupted gzip file"):
+            read_lines(tmp_path / name)
+
+
+def test_read_parallel_different_line_counts(tmp_path):
+    (tmp_path / "a.de").write_text("eins\nzwei\ndrei\n")
+    (tmp_path / "a.en").write_text("one\ntwo\n")
+    with pytest.raises(DataError, match=r"a\.de has 3 lines, .*a\.en has 2"):
+        read_parallel(tmp_path / "a.de", tmp_path / "a.en")
+
+
+# -------- other loaders --------------------------------------------------------------------------
+
+
+def test_load_parallel_text(tmp_path):
+    (tmp_path / "train.de").write_text("Ein Hund.\nZwei Katzen.\n")
+    write_gz(tmp_path / "train.en.gz", "A dog.\nTwo cats.\n")
+    (tmp_path / "dev.de").write_text("Ein Mädchen läuft über die Straße.\n")
+    (tmp_path / "dev.en").write_text("A girl runs across the street.\n")
+    loaded = load_parallel_text(
+        {
+            "train": (tmp_path / "train.de", tmp_path / "train.en.gz"),
+            "dev": (str(tmp_path / "dev.de"), str(tmp_path / "dev.en")),
+        },
+        src_lang="de",
+        tgt_lang="en",
+    )
+    assert list(loaded) == ["train", "validation"]
+    assert loaded["train"]["translation"][1] == {"de": "Zwei Katzen.", "en": "Two cats."}
+    assert loaded["validation"][0]["translation"]["de"] == "Ein Mädchen läuft über die Straße."
+
+
+def fake_hub_dataset() -> DatasetDict:
+    features = Features({"id": Value("string"), "translation": Translation(languages=["de", "en"])})
+
+    def split(n):
+        rows = {"id": [str(i) for i in range(n)]}
+        rows["translation"] = [{"de": f"Satz {i}.", "en": f"Sentence {i}."} for i in range(n)]
+        return Dataset.from_dict(rows, features=features)
+
+    return DatasetDict({"train": split(5), "valid": split(2), "test": split(3)})
+
+
+def test_load_hub_dataset(monkeypatch):
+    calls = []
+
+    def load_dataset(name, config, **kwargs):
+        calls.append((name, config, kwargs))
+        return fake_hub_dataset()
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    loaded = load_hub_dataset("wmt14", "de-en", "en", "de", cache_dir="/tmp/hub")
+    assert calls == [("wmt14", "de-en", {"cache_dir": "/tmp/hub"})]
+    assert {split: len(ds) for split, ds in loaded.items()} == {
+        "train": 5,
+        "validation": 2,
+        "test": 3,
+    }
+    assert loaded["test"].column_names == ["translation"]
+    assert loaded["test"][2]["translation"] == {"de": "Satz 2.", "en": "Sentence 2."}
+
+
+def test_load_hub_dataset_missing_language(monkeypatch):
+    monkeypatch.setattr(datasets, "load_dataset", lambda name, config: fake_hub_dataset())
+    with pytest.raises(DataError, match="'fr' not available; valid: de, en"):
+        load_hub_dataset("wmt14", "de-en", "de", "fr")
+
+
+# -------- ids ------------------------------------------------------------------------------------
+
+
+def test_encode_split_matches_encode(de_en, tokenizer):
+    split = de_en["validation"].select([7, 3, 1000])  # an index mapping, not a copy
+    src_ids, tgt_ids = encode_split(split, tokenizer, "de", "en")
+    for pair, src, tgt in zip(split["translation"], src_ids, tgt_ids, strict=True):
+        assert src == tokenizer.encode(pair["de"])
+        assert tgt == tokenizer.encode(pair["en"])
+
+
+def test_filter_by_length():
+    # rows are length + 1 (EOS / BOS): with max_len 5, lengths up to 4 fit
+    assert filter_by_length([4, 5, 1, 4], [4, 1, 5, 0], max_len=5) == [0, 3]
+
+
+# -------- collate --------------------------------------------------------------------------------
+
+
+def test_collate_shift_and_padding():
+    batch = collate([([5, 6, 7], [8, 9]), ([10], [11, 12, 13, 14])], [4, 0], PAD_ID, BOS_ID, EOS_ID)
+    assert batch.src.tolist() == [[5, 6, 7, EOS_ID], [10, EOS_ID, PAD_ID, PAD_ID]]
+    assert batch.tgt_in.tolist() == [[BOS_ID, 8, 9, PAD_ID, PAD_ID], [BOS_ID, 11, 12, 13, 14]]
+    assert batch.tgt_out.tolist() == [[8, 9, EOS_ID, PAD_ID, PAD_ID], [11, 12, 13, 14, EOS_ID]]
+    assert batch.indices.tolist() == [4, 0]
+    assert (batch.n_src_tokens, batch.n_tgt_tokens) == (6, 8)
+    assert batch.src.dtype == batch.tgt_in.dtype == batch.indices.dtype == torch.long
+    assert isinstance(batch.to("cpu"), Batch)
+
+
+def check_batch(batch: Batch) -> None:
+    """The invariants every Batch must satisfy."""
+    for tensor in (batch.src, batch.tgt_in, batch.tgt_out):
+        real = tensor != PAD_ID  # (B, L) bool
+        assert torch.equal(real, real.cummin(dim=1).values), "padding only at the end of a row"
+    real_tgt = batch.tgt_out != PAD_ID  # (B, T)
+    assert torch.equal(real_tgt, batch.tgt_in != PAD_ID)  # same lengths, in and out
+    assert (batch.tgt_in[:, 0] == BOS_ID).all()
+    shifted = real_tgt[:, 1:]
+    assert torch.equal(batch.tgt_in[:, 1:][shifted], batch.tgt_out[:, :-1][shifted])
+    rows = torch.arange(len(batch.tgt_out))
+    assert (batch.tgt_out[rows, real_tgt.sum(1) - 1] == EOS_ID).all()  # EOS ends each real row
+    assert (batch.src[rows, (batch.src != PAD_ID).sum(1) - 1] == EOS_ID).all()
+    assert batch.n_tgt_tokens == int(real_tgt.sum())
+    assert batch.n_src_tokens == int((batch.src != PAD_ID).sum())
+
+
+# -------- batches --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_batches_cover_each_sentence_once_within_budget(lengths, shuffle):
+    src_lengths, tgt_lengths = lengths
+    batches = make_batches(src_lengths, tgt_lengths, max_tokens=1000, shuffle=shuffle, seed=3)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(src_lengths)))
+    src_ids, tgt_ids = fake_ids(src_lengths, tgt_lengths)
+    collated = iter_batches(src_ids, tgt_ids, batches, PAD_ID, BOS_ID, EOS_ID)
+    for indices, batch in zip(batches, collated, strict=True):
+        check_batch(batch)
+        assert batch.indices.tolist() == indices
+        cost = batch.src.numel() + batch.tgt_in.numel()  # B * (S + T), padding included
+        assert cost <= 1000 or len(indices) == 1  # a pair over budget comes alone
+    alone = [batch for batch in batches if len(batch) == 1]
+    assert [3000] in alone and [3001] in alone
+
+
+def test_batches_are_sorted_by_length(lengths):
+    """Bucketing works: sorted batching wastes far less on padding than random batches."""
+    src_lengths, tgt_lengths = lengths
+
+    def padding(batches):
+        real, padded = 0, 0
+        for batch in batches:
+            real += sum(src_lengths[i] + tgt_lengths[i] for i in batch)
+            padded += len(batch) * max(src_lengths[i] for i in batch)
+            padded += len(batch) * max(tgt_lengths[i] for i in batch)
+        return 1 - real / padded
+
+    bucketed = make_batches(src_lengths, tgt_lengths, max_tokens=2000, shuffle=True)
+    sizes = [len(batch) for batch in bucketed]
+    order = torch.randperm(len(src_lengths)).tolist()  # the same batch sizes, random members
+    starts = list(accumulate([0] + sizes[:-1]))
+    random = [order[start : start + size] for start, size in zip(starts, sizes, strict=True)]
+    assert padding(bucketed) < 0.5 * padding(random)
+
+
+def test_training_batches_deterministic_per_epoch(lengths):
+    def epoch_batches(seed, epoch):
+        return make_batches(*lengths, max_tokens=1000, shuffle=True, seed=seed, epoch=epoch)
+
+    assert epoch_batches(seed=1, epoch=0) == epoch_batches(seed=1, epoch=0)
+    assert epoch_batches(seed=1, epoch=0) != epoch_batches(seed=1, epoch=1)
+    assert epoch_batches(seed=1, epoch=0) != epoch_batches(seed=2, epoch=0)
+
+
+def test_batches_respect_indices(lengths):
+    kept = filter_by_length(*lengths, max_len=40)
+    batches = make_batches(*lengths, max_tokens=1000, shuffle=True, indices=kept)
+    assert sorted(i for batch in batches for i in batch) == kept
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_shards_disjoint_and_covering(lengths, world_size, shuffle):
+    args = dict(max_tokens=1000, shuffle=shuffle, seed=5, epoch=2, world_size=world_size)
+    whole = make_batches(*lengths, **(args | dict(world_size=1)))
+    shards = [make_batches(*lengths, **args, rank=rank) for rank in range(world_size)]
+    assert len({len(shard) for shard in shards}) == 1  # every rank takes the same number of steps
+    n_extra = len(shards[0]) * world_size - len(whole)
+    assert 0 <= n_extra < world_size
+    taken = [batch for shard in shards for batch in shard]
+    assert sorted(taken) == sorted(whole + whole[:n_extra])  # padded by repeating from the start
+    with pytest.raises(ValueError, match="rank"):
+        make_batches(*lengths, **args, rank=world_size)
+
+
+def test_eval_batches_keep_everything_and_restore_order(lengths):
+    src_lengths, tgt_lengths = lengths
+    n = len(src_lengths)
+    for world_size in (1, 3):
+        rank_batches = [
+            make_batches(*lengths, max_tokens=500, shuffle=False, rank=rank, world_size=world_size)
+            for rank in range(world_size)
+        ]
+        indices = [i for batches in rank_batches for batch in batches for i in batch]
+        results = [f"result for {i}" for i in indices]  # what a translation loop would produce
+        assert restore_order(results, indices, size=n) == [f"result for {i}" for i in range(n)]
+    with pytest.raises(ValueError, match="no result for 1 of 4 sentences"):
+        restore_order(["a", "b", "c"], [0, 2, 3], size=4)
+
+
+def test_real_validation_batches(de_en, tokenizer):
+    """End to end on Multi30k validation: every row of tgt_out decodes back to its sentence."""
+    split = de_en["validation"]
+    src_ids, tgt_ids = encode_split(split, tokenizer, "de", "en")
+    src_lengths, tgt_lengths = [len(s) for s in src_ids], [len(t) for t in tgt_ids]
+    batches = make_batches(src_lengths, tgt_lengths, max_tokens=2000, shuffle=False)
+    decoded, indices = [], []
+    for batch in iter_batches(src_ids, tgt_ids, batches, PAD_ID, BOS_ID, EOS_ID):
+        check_batch(batch)
+        decoded += tokenizer.decode_batch(batch.tgt_out.tolist())
+        indices += batch.indices.tolist()
+    assert restore_order(decoded, indices, len(split)) == tokenizer.decode_batch(tgt_ids)
