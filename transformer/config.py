@@ -90,7 +90,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model
     nonfinite_loss: str = "stop"  # "stop" (keep the last good checkpoint) or "skip" the update
     log_every: int = 50  # steps between TensorBoard scalars
-    keep_last: bool = True  # write checkpoint "last.pt" at each evaluation
+    checkpoint_every: int = 0  # also write last.pt every N steps (besides every evaluation); 0 = off
 
     def __post_init__(self):
         if self.precision not in ("auto", "fp32", "bf16", "fp16"):

@@ -1,0 +1,81 @@
+"""Checkpoints: plain dicts of tensors and primitives, written atomically, read with ``weights_only=True``.
+
+A checkpoint carries everything needed to rebuild the model and tokenizer alone: the resolved config, the
+model's state (unwrapped: no ``module.`` / ``_orig_mod.`` prefixes), the SentencePiece model as bytes, and,
+for resuming, the optimizer, step, epoch, data position and RNG state.
+"""
+
+import os
+import pickle
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from transformer.config import Config, ConfigError, config_from_dict
+from transformer.model import Transformer
+from transformer.tokenizer import Tokenizer
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, unreadable, truncated, unsafe or incompatible; the message says which."""
+
+
+def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
+    """Write to a temporary file in the same folder, then rename: a kill never leaves a broken file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load with ``weights_only=True`` (arbitrary pickled objects are refused); one-line errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else "unpickling failed"
+        raise CheckpointError(f"checkpoint {path} was refused or is corrupted: {first}") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupted: {first}") from None
+    if not isinstance(state, dict) or not {"config", "model", "tokenizer"} <= state.keys():
+        raise CheckpointError(f"checkpoint {path} lacks config / model / tokenizer: not one of ours")
+    return state
+
+
+def tokenizer_to_tensor(tokenizer: Tokenizer) -> torch.Tensor:
+    return torch.frombuffer(bytearray(tokenizer.to_bytes()), dtype=torch.uint8)
+
+
+def load_for_inference(path: str | Path, device: str | torch.device = "cpu"):
+    """checkpoint -> (model in eval mode on ``device``, tokenizer, config)."""
+    state = load_checkpoint(path)
+    try:
+        config = config_from_dict(state["config"])
+        tokenizer = Tokenizer.from_bytes(bytes(state["tokenizer"].numpy().tobytes()))
+        model = Transformer(config.model, tokenizer.vocab_size, tokenizer.vocab_size, tokenizer.pad_id)
+        model.load_state_dict(state["model"])
+    except (ConfigError, RuntimeError, KeyError, ValueError, TypeError) as error:
+        first = str(error).strip().splitlines()[0]
+        raise CheckpointError(f"checkpoint {path} does not match its config: {first}") from None
+    return model.to(device).eval(), tokenizer, config
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The plain module under DistributedDataParallel (``.module``) and torch.compile (``._orig_mod``)."""
+    while hasattr(model, "module") or hasattr(model, "_orig_mod"):
+        model = getattr(model, "module", None) or model._orig_mod
+    return model
