@@ -1,0 +1,140 @@
+"""train.py end to end on a slice of Multi30k: artefacts, resume, config errors; and overfitting a tiny set."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import train
+from transformer.checkpoint import load_checkpoint
+from transformer.config import ModelConfig
+from transformer.data import collate
+from transformer.evaluation import token_loss
+from transformer.model import Transformer
+from transformer.optim import learning_rate
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = str(ROOT / "configs/tiny.yaml")
+DATA_DIR = Path(os.environ.get("MULTI30K_DIR", ROOT.parent / "shared/data/multi30k"))
+needs_data = pytest.mark.skipif(not DATA_DIR.is_dir(), reason=f"no Multi30k mirror at {DATA_DIR}")
+
+
+def run_train(run_dir: Path, *overrides: str, resume: bool = False) -> int:
+    argv = ["--config", TINY, "--run-dir", str(run_dir), "--data-dir", str(DATA_DIR)]
+    argv += [f"--set={o}" for o in overrides] + (["--resume"] if resume else [])
+    return train.main(argv)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("tiny_run")
+    assert run_train(run_dir) == 0
+    return run_dir
+
+
+@needs_data
+def test_end_to_end_run_writes_every_artefact(tiny_run):
+    for name in ("config.yaml", "tokenizer.model", "last.pt", "best.pt", "results.json"):
+        assert (tiny_run / name).is_file(), name
+    results = json.loads((tiny_run / "results.json").read_text())
+    assert results["steps"] == 12 and results["stopped_by"] == "max_steps"
+    assert 0.0 <= results["test_bleu"] <= 100.0 and "tok:13a" in results["signature"]
+    assert [e["step"] for e in results["validation"]] == [6, 12]
+    assert results["train_tokens_per_s"] > 0
+    hypotheses = (tiny_run / "test_hypotheses.txt").read_text(encoding="utf-8").split("\n")
+    assert len(hypotheses) == 24 + 1  # eval_limit lines, each newline-terminated
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tiny_run), size_guidance={"images": 0, "tensors": 0}).Reload()
+    tags = events.Tags()
+    for scalar in ("train/loss", "train/lr", "train/tokens_per_s", "train/grad_norm", "val/bleu", "val/loss"):
+        assert scalar in tags["scalars"], scalar
+    for image in ("cross/layer_0", "cross/heads_layer_0", "encoder_self/layer_0", "decoder_self/layer_0"):
+        assert f"sentence_0/{image}" in tags["images"], image
+    assert any(t.startswith("val/translations") for t in tags["tensors"])
+
+
+@needs_data
+def test_checkpoint_is_self_contained_and_safe(tiny_run):
+    state = torch.load(tiny_run / "best.pt", weights_only=True)  # no pickled objects
+    assert {"config", "model", "tokenizer", "optimizer", "state", "rng"} <= state.keys()
+    assert not any(k.startswith(("module.", "_orig_mod.")) for k in state["model"])
+
+
+@needs_data
+def test_resume_after_stop_continues_exactly(tmp_path):
+    """6 steps, stop, --resume to 12 == 12 steps straight: same parameters, bit for bit."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert run_train(straight, "eval.every_steps=0", "train.checkpoint_every=3") == 0
+    assert run_train(resumed, "eval.every_steps=0", "train.max_steps=6") == 0
+    assert run_train(resumed, "eval.every_steps=0", "train.max_steps=12", resume=True) == 0
+    a = load_checkpoint(straight / "last.pt")
+    b = load_checkpoint(resumed / "last.pt")
+    assert a["state"]["step"] == b["state"]["step"] == 12
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    assert a["state"]["train_tokens"] == b["state"]["train_tokens"]
+
+
+@needs_data
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.max_stepz=3", "unknown key train.max_stepz"),
+        ("model.n_heads=3", "model.d_model=32 is not divisible by model.n_heads=3"),
+        ("data.src_lang=xx", "'xx'"),
+    ],
+)
+def test_config_errors_exit_nonzero_and_name_the_key(tmp_path, capsys, override, message):
+    assert run_train(tmp_path / "run", override) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_resume_without_checkpoint_is_an_error(tmp_path, capsys):
+    assert run_train(tmp_path / "nothing", resume=True) == 1
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_learning_rate_schedule_of_section_5_3():
+    d, warmup = 512, 4000
+    peak = learning_rate(warmup, d, warmup, 1.0)
+    assert peak == pytest.approx(d**-0.5 * warmup**-0.5)
+    assert learning_rate(warmup // 2, d, warmup, 1.0) == pytest.approx(peak / 2)  # linear warmup
+    assert learning_rate(4 * warmup, d, warmup, 1.0) == pytest.approx(peak / 2)  # 1/sqrt(step) decay
+
+
+def test_overfits_a_tiny_set_to_near_zero_loss():
+    torch.manual_seed(0)
+    config = ModelConfig(d_model=64, n_heads=4, d_ff=128, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0)
+    model = Transformer(config, 20, 20, pad_id=0)
+    pairs = [(torch.randint(4, 20, (n,)).tolist(), torch.randint(4, 20, (n + 1,)).tolist()) for n in range(3, 11)]
+    batch = collate(pairs, range(len(pairs)), pad_id=0, bos_id=2, eos_id=3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
+    for _ in range(150):
+        loss = token_loss(model(batch.src, batch.tgt_in), batch.tgt_out, 0, 0.0) / batch.n_tgt_tokens
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < 0.02
+
+
+@needs_data
+def test_torchrun_two_cpu_processes(tmp_path):
+    """Data-parallel on 2 CPU processes with gloo; only rank 0 writes the run folder."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        str(ROOT / "train.py"), "--config", TINY, "--run-dir", str(tmp_path / "ddp"),
+        "--data-dir", str(DATA_DIR), "--set", "train.max_steps=4", "--set", "eval.every_steps=0",
+    ]  # fmt: skip
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "ddp" / "results.json").read_text())
+    assert results["steps"] == 4
+    assert result.stdout.count("test BLEU") == 1  # printed by rank 0 only
