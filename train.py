@@ -246,6 +246,7 @@ def log_alignments(model, src_ids, hyp_ids, tokenizer, config, runtime, writer, 
 
 def train(config: Config, run_dir: Path, resume: bool = False) -> dict:
     runtime = setup_runtime(config)
+    corpus = load_corpus(config.data)  # before the run folder: bad data leaves nothing behind
     if runtime.is_main:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -253,7 +254,6 @@ def train(config: Config, run_dir: Path, resume: bool = False) -> dict:
         except OSError as error:
             raise TrainingError(f"cannot write to run folder {run_dir}: {error.strerror}") from None
     torch.manual_seed(config.train.seed)
-    corpus = load_corpus(config.data)
     tokenizer = build_tokenizer(corpus, config.data, run_dir, runtime)
     splits = encode_corpus(corpus, tokenizer, config.data)
     model = Transformer(config.model, tokenizer.vocab_size, tokenizer.vocab_size, tokenizer.pad_id)

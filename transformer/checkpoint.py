@@ -43,11 +43,15 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; a cut-off one has no directory
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupted: not a complete torch.save file")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else "unpickling failed"
-        raise CheckpointError(f"checkpoint {path} was refused or is corrupted: {first}") from None
+    except pickle.UnpicklingError:
+        raise CheckpointError(
+            f"checkpoint {path} was refused: it contains pickled objects other than tensors and "
+            "primitive types (loaded with weights_only=True)"
+        ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(f"checkpoint {path} is truncated or corrupted: {first}") from None

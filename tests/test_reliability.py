@@ -1,0 +1,203 @@
+"""Faults: SIGKILL then --resume, broken checkpoints, non-finite losses, degenerate batches, bad setups."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import train
+from transformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from transformer.config import ModelConfig
+from transformer.model import Transformer
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = str(ROOT / "configs/tiny.yaml")
+DATA_DIR = Path(os.environ.get("MULTI30K_DIR", ROOT.parent / "shared/data/multi30k"))
+needs_data = pytest.mark.skipif(not DATA_DIR.is_dir(), reason=f"no Multi30k mirror at {DATA_DIR}")
+COMMON = ["eval.every_steps=0", "train.checkpoint_every=2", "train.max_steps=16"]
+
+
+def argv(run_dir: Path, *overrides: str) -> list[str]:
+    out = ["--config", TINY, "--run-dir", str(run_dir), "--data-dir", str(DATA_DIR)]
+    return out + [f"--set={o}" for o in overrides]
+
+
+def checkpoint_step(path: Path) -> int:
+    try:
+        return load_checkpoint(path)["state"]["step"]
+    except CheckpointError:
+        return -1
+
+
+@needs_data
+def test_sigkill_then_resume_ends_bit_identical(tmp_path):
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    assert train.main(argv(straight, *COMMON)) == 0
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, str(ROOT / "train.py"), *argv(killed, *COMMON, "train.max_steps=1000")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while checkpoint_step(killed / "last.pt") < 6 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)  # in the middle of training, no chance to clean up
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert 6 <= checkpoint_step(killed / "last.pt") < 16
+
+    assert train.main(argv(killed, *COMMON) + ["--resume"]) == 0
+    a, b = load_checkpoint(straight / "last.pt"), load_checkpoint(killed / "last.pt")
+    assert a["state"]["step"] == b["state"]["step"] == 16
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), f"{name} differs after resume"
+    for key in ("exp_avg", "exp_avg_sq"):
+        for i, s in a["optimizer"]["state"].items():
+            assert torch.equal(s[key], b["optimizer"]["state"][i][key])
+
+
+def test_truncated_or_corrupted_checkpoint_is_a_clear_error(tmp_path):
+    good = tmp_path / "good.pt"
+    save_checkpoint({"config": {}, "model": {"w": torch.ones(1000)}, "tokenizer": torch.zeros(3)}, good)
+    data = good.read_bytes()
+    (tmp_path / "truncated.pt").write_bytes(data[: len(data) // 2])
+    (tmp_path / "garbage.pt").write_bytes(b"not a checkpoint at all" * 10)
+    (tmp_path / "empty.pt").write_bytes(b"")
+    for name in ("truncated.pt", "garbage.pt", "empty.pt"):
+        with pytest.raises(CheckpointError, match=rf"{name} is truncated or corrupted"):
+            load_checkpoint(tmp_path / name)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_checkpoint_with_pickled_objects_is_refused(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"config": {}, "model": {}, "tokenizer": Evil()}, path)
+    with pytest.raises(CheckpointError, match="refused"):
+        load_checkpoint(path)
+
+
+def test_last_checkpoint_is_never_half_written(tmp_path, monkeypatch):
+    path = tmp_path / "last.pt"
+    save_checkpoint({"step": 1}, path)
+
+    def crash(obj, f, *args, **kwargs):
+        f.write(b"partial bytes")
+        raise KeyboardInterrupt  # killed in the middle of writing
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint({"step": 2}, path)
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True) == {"step": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary file left behind
+
+
+@needs_data
+def test_resume_from_truncated_last_is_a_one_line_error(tmp_path, capsys):
+    assert train.main(argv(tmp_path / "run", "eval.every_steps=0", "train.max_steps=2")) == 0
+    last = tmp_path / "run" / "last.pt"
+    last.write_bytes(last.read_bytes()[:1000])
+    assert train.main(argv(tmp_path / "run") + ["--resume"]) == 1
+    err = capsys.readouterr().err
+    assert "last.pt is truncated or corrupted" in err and "Traceback" not in err
+
+
+def nan_after(step: int, monkeypatch):
+    """Make the training loss NaN from optimizer update ``step`` on."""
+    real = train.token_loss
+    calls = {"n": 0}
+
+    def loss(*args, **kwargs):
+        calls["n"] += 1
+        value = real(*args, **kwargs)
+        return value * float("nan") if calls["n"] >= step and torch.is_grad_enabled() else value
+
+    monkeypatch.setattr(train, "token_loss", loss)
+
+
+@needs_data
+def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch, capsys):
+    nan_after(7, monkeypatch)
+    run_dir = tmp_path / "run"
+    assert train.main(argv(run_dir, *COMMON)) == 1
+    err = capsys.readouterr().err
+    assert "non-finite loss" in err and "step 7" in err and "last.pt" in err
+    good = load_checkpoint(run_dir / "last.pt")
+    assert good["state"]["step"] == 6
+    assert all(torch.isfinite(t).all() for t in good["model"].values())
+
+
+@needs_data
+def test_nonfinite_loss_can_skip_the_update(tmp_path, monkeypatch, capsys):
+    real = train.token_loss
+    calls = {"n": 0}
+
+    def loss(*args, **kwargs):  # only the 5th batch is poisoned
+        calls["n"] += 1
+        value = real(*args, **kwargs)
+        return value * float("nan") if calls["n"] == 5 else value
+
+    monkeypatch.setattr(train, "token_loss", loss)
+    run_dir = tmp_path / "run"
+    assert train.main(argv(run_dir, *COMMON, "train.nonfinite_loss=skip", "train.max_steps=8")) == 0
+    assert "skipping step 5" in capsys.readouterr().err
+    final = load_checkpoint(run_dir / "last.pt")
+    assert final["state"]["step"] == 8
+    assert all(torch.isfinite(t).all() for t in final["model"].values())
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_degenerate_batches_give_no_nan(dtype):
+    torch.manual_seed(0)
+    config = ModelConfig(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2)
+    model = Transformer(config, 30, 30, pad_id=0).train()
+    src = torch.zeros(4, 9, dtype=torch.long)
+    src[0, :] = torch.randint(4, 30, (9,))  # one real sentence...
+    src[1, 0] = 5  # ...a source of length 1; rows 2 and 3 are all padding
+    tgt_in = torch.zeros(4, 5, dtype=torch.long)
+    tgt_in[:, 0] = 2  # BOS everywhere
+    tgt_in[0, 1:] = torch.randint(4, 30, (4,))
+    tgt_out = torch.zeros_like(tgt_in)
+    tgt_out[:2, 0] = 3
+    with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+        logits = model(src, tgt_in)
+    assert torch.isfinite(logits).all()
+    loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=0)
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@needs_data
+def test_unwritable_run_folder_is_a_clear_error(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert train.main(argv(blocker / "run", "train.max_steps=1")) == 1
+    assert "cannot write to run folder" in capsys.readouterr().err
+
+
+def test_missing_data_is_a_clear_error_and_leaves_nothing(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    args = ["--config", TINY, "--run-dir", str(run_dir), "--data-dir", str(tmp_path / "nowhere")]
+    assert train.main(args) == 1
+    err = capsys.readouterr().err
+    assert "nowhere" in err and "Traceback" not in err
+    assert not run_dir.exists()
+
+
+def test_bad_config_file_is_a_clear_error(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  d_modell: 3\n")
+    assert train.main(["--config", str(bad), "--run-dir", str(tmp_path / "run")]) == 1
+    assert "unknown key model.d_modell" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
