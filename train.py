@@ -33,6 +33,7 @@ from transformer.checkpoint import (
 from transformer.config import Config, ConfigError, DataConfig, load_config
 from transformer.data import DataError, encode_split, filter_by_length, iter_batches, make_batches
 from transformer.data import load_hub_dataset, load_multi30k, load_parallel_text
+from transformer.ema import EMA
 from transformer.evaluation import bleu_chrf, evaluate_loss, token_loss, translate_ids
 from transformer.model import Transformer
 from transformer.optim import learning_rate, lr_scale, make_optimizer, set_lr
@@ -165,24 +166,36 @@ class State:
     history: list = field(default_factory=list)
 
 
-def checkpoint_state(model, optimizer, config, tokenizer, state: State) -> dict:
-    return {
+def checkpoint_state(model, optimizer, config, tokenizer, state: State, ema: EMA | None) -> dict:
+    """``model`` holds the weights to translate with (the moving average when there is one)."""
+    model = unwrap(model)
+    checkpoint = {
         "config": config.to_dict(),
-        "model": unwrap(model).state_dict(),
+        "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "tokenizer": tokenizer_to_tensor(tokenizer),
-        "state": {k: v for k, v in vars(state).items()},
+        "state": dict(vars(state)),
         "rng": {"torch": torch.get_rng_state()}
         | ({"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {}),
     }
+    if ema is not None:
+        checkpoint["train_model"] = checkpoint["model"]
+        with ema.applied(model):
+            checkpoint["model"] = {k: v.clone() for k, v in model.state_dict().items()}
+        checkpoint["ema"] = ema.state_dict()
+    return checkpoint
 
 
-def restore(path: Path, model, optimizer, config: Config) -> State:
+def restore(path: Path, model, optimizer, config: Config, ema: EMA | None) -> State:
     ckpt = load_checkpoint(path)
     if ckpt["config"]["model"] != config.to_dict()["model"]:
         raise CheckpointError(f"{path} was trained with another model config; cannot resume")
-    unwrap(model).load_state_dict(ckpt["model"])
+    unwrap(model).load_state_dict(ckpt.get("train_model", ckpt["model"]))
     optimizer.load_state_dict(ckpt["optimizer"])
+    if ema is not None:
+        if "ema" not in ckpt:
+            raise CheckpointError(f"{path} has no moving average; cannot resume with train.ema_decay > 0")
+        ema.load_state_dict(ckpt["ema"])
     torch.set_rng_state(ckpt["rng"]["torch"])
     if "cuda" in ckpt["rng"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
@@ -259,7 +272,8 @@ def train(config: Config, run_dir: Path, resume: bool = False) -> dict:
     model = Transformer(config.model, tokenizer.vocab_size, tokenizer.vocab_size, tokenizer.pad_id)
     model.to(runtime.device)
     optimizer = make_optimizer(model, config.train)
-    state = restore(run_dir / "last.pt", model, optimizer, config) if resume else State()
+    ema = EMA(model, config.train.ema_decay) if config.train.ema_decay > 0 else None
+    state = restore(run_dir / "last.pt", model, optimizer, config, ema) if resume else State()
     if runtime.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
     train_model = torch.compile(model) if config.train.compile else model
@@ -303,7 +317,7 @@ def train(config: Config, run_dir: Path, resume: bool = False) -> dict:
     def save(name: str) -> None:
         state.train_seconds = time.perf_counter() - started
         if runtime.is_main:
-            save_checkpoint(checkpoint_state(model, optimizer, config, tokenizer, state), run_dir / name)
+            save_checkpoint(checkpoint_state(model, optimizer, config, tokenizer, state, ema), run_dir / name)
 
     while (stop_reason := out_of_budget()) is None:
         batches = make_batches(
@@ -344,6 +358,8 @@ def train(config: Config, run_dir: Path, resume: bool = False) -> dict:
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
+            if ema is not None:
+                ema.update(unwrap(model))
             progress.update(1)
             if state.step % tc.log_every == 0 and runtime.is_main:
                 tokens_per_s = window_tokens * runtime.world_size / (time.perf_counter() - window_start)
@@ -355,7 +371,7 @@ def train(config: Config, run_dir: Path, resume: bool = False) -> dict:
             if tc.checkpoint_every and state.step % tc.checkpoint_every == 0:
                 save("last.pt")
             if config.eval.every_steps and state.step % config.eval.every_steps == 0:
-                evaluate_and_save(model, splits, tokenizer, config, runtime, writer, state, save)
+                evaluate_and_save(model, splits, tokenizer, config, runtime, writer, state, save, ema)
             stop = out_of_budget() is not None
             if runtime.world_size > 1:  # every rank stops at the same step
                 flag = torch.tensor([float(stop)], device=runtime.device)
@@ -368,7 +384,7 @@ def train(config: Config, run_dir: Path, resume: bool = False) -> dict:
     progress.close()
 
     if not state.history or state.history[-1]["step"] != state.step:
-        evaluate_and_save(model, splits, tokenizer, config, runtime, writer, state, save)
+        evaluate_and_save(model, splits, tokenizer, config, runtime, writer, state, save, ema)
     else:
         save("last.pt")
     results = None
@@ -382,10 +398,11 @@ def train(config: Config, run_dir: Path, resume: bool = False) -> dict:
     return results
 
 
-def evaluate_and_save(model, splits, tokenizer, config, runtime, writer, state: State, save) -> None:
+def evaluate_and_save(model, splits, tokenizer, config, runtime, writer, state: State, save, ema) -> None:
     if runtime.is_main:
         t0 = time.perf_counter()
-        entry = validate(model, splits, tokenizer, config, runtime, writer, state)
+        with ema.applied(unwrap(model)) if ema is not None else contextlib.nullcontext():
+            entry = validate(model, splits, tokenizer, config, runtime, writer, state)
         print(
             f"step {entry['step']} epoch {entry['epoch']}: val loss {entry['val_loss']:.3f} "
             f"ppl {entry['val_ppl']:.2f} BLEU {entry['val_bleu']:.2f} chrF {entry['val_chrf']:.2f} "

@@ -5,6 +5,10 @@ data is there, else random ones of the same shape) and optimizer; steps (forward
 interleaved, ours / theirs / ours / ..., and we compare the medians of target tokens per second.
 
     python bench/train_throughput.py [--data-dir ../shared/data/multi30k] [--steps 20] [--sizes default base]
+                                     [--device cuda --precision bf16 --max-tokens 25000]
+
+On CUDA it also reports model FLOP utilisation (MFU): the model's matmul FLOPs per step (forward ×3 for
+forward + backward) ÷ step time ÷ the GPU's peak dense throughput (``--peak-tflops``).
 
 Last line: ratio_vs_torch=<ours tokens/s ÷ PyTorch tokens/s on the default config's sizes>.
 """
@@ -83,25 +87,49 @@ def real_batches(data_dir: str | None, max_tokens: int, n: int):
     return list(iter_batches(src, tgt, batches[:n], 0, 2, 3)), tok.vocab_size
 
 
-def measure(sizes: ModelConfig, batches, vocab: int, steps: int) -> tuple[float, float]:
+def step_flops(c: ModelConfig, B: int, S: int, T: int, V: int) -> float:
+    """Matmul FLOPs of one training step on a padded (B, S) / (B, T) batch: 3 × the forward's."""
+    D, F_ = c.d_model, c.d_ff
+    encoder = c.n_encoder_layers * (2 * B * S * (4 * D * D + 2 * D * F_) + 4 * B * S * S * D)
+    decoder = c.n_decoder_layers * (
+        2 * B * T * (6 * D * D + 2 * D * F_)  # self-attention q, k, v, out + cross q, out + FFN
+        + 2 * B * S * 2 * D * D  # cross-attention k, v of the memory
+        + 4 * B * T * T * D  # self-attention scores and values
+        + 4 * B * T * S * D  # cross-attention scores and values
+    )
+    output = 2 * B * T * D * V
+    return 3.0 * (encoder + decoder + output)
+
+
+def measure(sizes: ModelConfig, batches, vocab: int, steps: int, device: str, dtype) -> dict:
     torch.manual_seed(0)
     ours = Transformer(sizes, vocab, vocab, 0)
     theirs = TorchTransformerMT(Transformer(sizes, vocab, vocab, 0))
-    models = {"ours": ours, "torch": theirs}
-    optimizers = {k: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9) for k, m in models.items()}
-    rates = {k: [] for k in models}
+    models = {"ours": ours.to(device), "torch": theirs.to(device)}
+    optimizers = {
+        k: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9) for k, m in models.items()
+    }
+    rates, flops_per_s = {k: [] for k in models}, {k: [] for k in models}
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     for i in range(steps + 2):  # the first two rounds warm up the allocator and caches
-        batch = batches[i % len(batches)]
+        batch = batches[i % len(batches)].to(device)
         for name, model in models.items():
             model.train()
+            sync()
             t0 = time.perf_counter()
-            loss = token_loss(model(batch.src, batch.tgt_in), batch.tgt_out, 0, 0.1) / batch.n_tgt_tokens
+            with torch.autocast(device.split(":")[0], dtype=dtype, enabled=dtype is not None):
+                logits = model(batch.src, batch.tgt_in)
+            loss = token_loss(logits, batch.tgt_out, 0, 0.1) / batch.n_tgt_tokens
             optimizers[name].zero_grad(set_to_none=True)
             loss.backward()
             optimizers[name].step()
+            sync()
+            seconds = time.perf_counter() - t0
             if i >= 2:
-                rates[name].append(batch.n_tgt_tokens / (time.perf_counter() - t0))
-    return statistics.median(rates["ours"]), statistics.median(rates["torch"])
+                rates[name].append(batch.n_tgt_tokens / seconds)
+                B, S, T = batch.src.size(0), batch.src.size(1), batch.tgt_in.size(1)
+                flops_per_s[name].append(step_flops(sizes, B, S, T, vocab) / seconds)
+    return {k: (statistics.median(rates[k]), statistics.median(flops_per_s[k])) for k in models}
 
 
 def main():
@@ -110,7 +138,11 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--max-tokens", type=int, default=4000)
     parser.add_argument("--sizes", nargs="+", default=["default", "base"], choices=list(SIZES))
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    parser.add_argument("--peak-tflops", type=float, default=989.0, help="GPU peak (H100/H200 bf16: 989)")
     args = parser.parse_args()
+    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
     batches, vocab = real_batches(args.data_dir, args.max_tokens, args.steps)
     if batches is None:
         from transformer.data import collate
@@ -118,12 +150,26 @@ def main():
         gen = torch.Generator().manual_seed(0)
         pairs = [(torch.randint(4, vocab, (15,), generator=gen).tolist(),) * 2 for _ in range(120)]
         batches = [collate(pairs, range(120), 0, 2, 3)]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {len(batches)} batches")
+    where = (
+        torch.cuda.get_device_name()
+        if args.device.startswith("cuda")
+        else f"{torch.get_num_threads()} threads"
+    )
+    print(f"torch {torch.__version__}, {args.device} ({where}), {args.precision}, {len(batches)} batches")
     ratios = {}
     for name in args.sizes:
-        ours, theirs = measure(SIZES[name], batches, vocab, args.steps)
+        result = measure(SIZES[name], batches, vocab, args.steps, args.device, dtype)
+        (ours, ours_flops), (theirs, theirs_flops) = result["ours"], result["torch"]
         ratios[name] = ours / theirs
-        print(f"{name:8s} ours {ours:8.0f} tgt tok/s   torch {theirs:8.0f} tgt tok/s   ratio {ratios[name]:.3f}")
+        line = (
+            f"{name:8s} ours {ours:9.0f} tgt tok/s   torch {theirs:9.0f} tgt tok/s   ratio {ratios[name]:.3f}"
+        )
+        if args.device.startswith("cuda"):
+            peak = args.peak_tflops * 1e12
+            line += f"   MFU ours {ours_flops / peak:.1%} torch {theirs_flops / peak:.1%}"
+        else:
+            line += f"   ours {ours_flops / 1e9:.1f} GFLOP/s"
+        print(line, flush=True)
     print(f"ratio_vs_torch={ratios.get('default', next(iter(ratios.values()))):.3f}")
 
 

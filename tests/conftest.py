@@ -1,4 +1,10 @@
-"""Shared test helpers: deterministic seeds and the PyTorch reference modules with our weights copied in."""
+"""Shared test helpers: deterministic seeds, the PyTorch reference modules with our weights copied in,
+and a tiny checkpoint trained once per session."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -46,3 +52,31 @@ def copy_decoder_layer(ours, theirs: torch.nn.TransformerDecoderLayer) -> None:
     copy_norm(ours.self_attn_norm, theirs.norm1)
     copy_norm(ours.cross_attn_norm, theirs.norm2)
     copy_norm(ours.ffn_norm, theirs.norm3)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def multi30k_dir() -> Path:
+    """The local Multi30k mirror: $MULTI30K_DIR, else ../shared/data/multi30k beside the checkout."""
+    return Path(os.environ.get("MULTI30K_DIR") or ROOT.parent / "shared" / "data" / "multi30k")
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    """best.pt of a tiny model trained once per session by train.py (~15 s on one CPU core).
+
+    300 steps on 3000 pairs: enough that it sometimes emits EOS, so decoding tests see both endings.
+    """
+    data_dir = multi30k_dir()
+    if not (data_dir / "test_2016_flickr.de.gz").is_file():
+        pytest.skip(f"no Multi30k mirror at {data_dir} (set MULTI30K_DIR)")
+    run_dir = tmp_path_factory.mktemp("tiny_run")
+    command = [
+        sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs" / "tiny.yaml"),
+        "--run-dir", str(run_dir), "--data-dir", str(data_dir), "--set", "train.max_steps=300",
+        "--set", "data.train_limit=3000", "--set", "eval.every_steps=0",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, f"tiny training failed:\n{done.stderr[-3000:]}"
+    return run_dir / "best.pt"

@@ -82,6 +82,26 @@ def test_resume_after_stop_continues_exactly(tmp_path):
 
 
 @needs_data
+def test_moving_average_is_saved_for_inference_and_resumes_exactly(tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    ema = ("eval.every_steps=0", "train.ema_decay=0.9")
+    assert run_train(straight, *ema) == 0
+    assert run_train(resumed, *ema, "train.max_steps=6") == 0
+    assert run_train(resumed, *ema, "train.max_steps=12", resume=True) == 0
+    a, b = load_checkpoint(straight / "last.pt"), load_checkpoint(resumed / "last.pt")
+    for key in ("model", "train_model"):
+        for name, tensor in a[key].items():
+            assert torch.equal(tensor, b[key][name]), f"{key}.{name}"
+    name = "encoder.layers.0.ffn.linear1.weight"
+    assert not torch.equal(a["model"][name], a["train_model"][name])  # the average is not the last step
+    # what a user translates with is the average
+    from transformer.checkpoint import load_for_inference
+
+    model, _, _ = load_for_inference(straight / "last.pt")
+    assert torch.equal(model.state_dict()[name], a["model"][name])
+
+
+@needs_data
 @pytest.mark.parametrize(
     "override, message",
     [

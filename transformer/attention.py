@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer.dropout import dropout as dropout_fn
+
 
 def scaled_dot_product_attention(
     query: torch.Tensor,
@@ -37,7 +39,7 @@ def scaled_dot_product_attention(
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         weights = torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)  # (..., Tq, Tk)
     if dropout > 0.0:
-        weights = F.dropout(weights, p=dropout)
+        weights = dropout_fn(weights, dropout)
     return torch.matmul(weights, value), weights  # (..., Tq, Dv), (..., Tq, Tk)
 
 

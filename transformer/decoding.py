@@ -1,8 +1,17 @@
-"""Decoding: batched greedy search and beam search with the key/value cache. Ids in, ids out.
+"""Decoding: batched greedy search and beam search with the key/value cache (§6.1). Ids in, ids out.
 
 The encoder runs once per batch; the cross-attention keys/values of the memory are computed on the first
-step and reused (see ``MultiHeadAttention``); each step feeds only the newest token. A sentence may produce
-at most ``source length + max_len_offset`` tokens (§6.1 uses +50). Outputs exclude BOS and EOS.
+step and reused (see ``MultiHeadAttention``); each step feeds only the newest token. Sentences whose
+search is over leave the batch, so the rest runs faster.
+
+Length limit: a sentence produces at most ``source length + max_len_offset`` tokens, EOS included, where
+the source length counts the source's EOS (§6.1: input length + 50), and never more than
+``model.config.max_positions`` (the decoder has no position beyond). A sentence that hits the limit ends
+there without EOS.
+
+Neither search produces PAD or BOS: they are never training targets, and a PAD fed back would be masked
+by the full-prefix decoder (``use_cache=False``) but not by the cache, so the two would disagree.
+Outputs exclude BOS and EOS.
 """
 
 import torch
@@ -18,8 +27,18 @@ def _select_rows(cache: Cache, rows: torch.Tensor, parts=("self", "cross")) -> N
                 part[name] = tensor.index_select(0, rows)
 
 
-def _max_lengths(src: torch.Tensor, pad_id: int, max_len_offset: int) -> torch.Tensor:
-    return (src != pad_id).sum(dim=1) + max_len_offset  # (B,)
+def max_lengths(model: Transformer, src: torch.Tensor, max_len_offset: int) -> torch.Tensor:
+    """The most tokens (EOS included) each sentence may produce. src (B, S) -> (B,) long."""
+    source_lengths = (src != model.pad_id).sum(dim=1)  # (B,) with the source's EOS
+    return (source_lengths + max_len_offset).clamp(min=1, max=model.config.max_positions)
+
+
+def _next_token_logits(logits: torch.Tensor, pad_id: int, bos_id: int) -> torch.Tensor:
+    """The last position's logits (N, T, V) -> (N, V), with PAD and BOS ruled out."""
+    logits = logits[:, -1]  # (N, V)
+    logits[:, pad_id] = float("-inf")
+    logits[:, bos_id] = float("-inf")
+    return logits
 
 
 @torch.no_grad()
@@ -31,40 +50,45 @@ def greedy_decode(
     max_len_offset: int = 50,
     use_cache: bool = True,
 ) -> list[list[int]]:
-    """src (B, S) -> B token-id lists. Finished sentences leave the batch so the rest runs faster.
+    """src (B, S) -> B token-id lists: the most probable token at every step.
 
     ``use_cache=False`` recomputes the whole prefix at every step (the slow reference decoder).
     """
-    B = src.size(0)
+    B, device = src.size(0), src.device
     memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
-    max_lengths = _max_lengths(src, model.pad_id, max_len_offset)  # (B,)
+    limits = max_lengths(model, src, max_len_offset)  # (B,)
+    L = int(limits.max())
     outputs: list[list[int]] = [[] for _ in range(B)]
-    active = torch.arange(B, device=src.device)  # original row of each row still decoding
-    tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B_active, 1 + t)
+    active = torch.arange(B, device=device)  # original row of each row still decoding
+    tokens = torch.full((B, L + 1), bos_id, dtype=torch.long, device=device)  # (B_active, 1 + L)
     cache = model.new_cache() if use_cache else None
-    for step in range(int(max_lengths.max())):
-        inputs = tokens[:, -1:] if use_cache else tokens
-        logits, _, _ = model.decode(inputs, memory, src_mask, cache)  # (B_active, 1 | t, V)
-        next_tokens = logits[:, -1].argmax(dim=-1)  # (B_active,)
-        tokens = torch.cat([tokens, next_tokens[:, None]], dim=1)
-        done = (next_tokens == eos_id) | (step + 1 >= max_lengths[active])  # (B_active,)
-        for row in done.nonzero().flatten().tolist():
-            out = tokens[row, 1:].tolist()
-            outputs[active[row]] = out[:-1] if out[-1] == eos_id else out
-        if done.all():
+    for step in range(L):
+        inputs = tokens[:, step : step + 1] if use_cache else tokens[:, : step + 1]  # (B_active, 1 | 1+t)
+        logits, _, _ = model.decode(inputs, memory, src_mask, cache)  # (B_active, 1 | 1+t, V)
+        next_tokens = _next_token_logits(logits, model.pad_id, bos_id).argmax(dim=-1)  # (B_active,)
+        tokens[:, step + 1] = next_tokens
+        done = (next_tokens == eos_id) | (step + 1 >= limits)  # (B_active,)
+        done_rows = done.nonzero().flatten()  # (B_done,)
+        if done_rows.numel() == 0:
+            continue
+        for original, out in zip(active[done_rows].tolist(), tokens[done_rows, 1 : step + 2].tolist()):
+            outputs[original] = out[:-1] if out[-1] == eos_id else out
+        if done_rows.numel() == active.numel():
             break
-        if done.any():  # drop finished sentences from every tensor of the batch
-            keep = (~done).nonzero().flatten()  # (B_active',)
-            active, tokens = active[keep], tokens[keep]
-            memory, src_mask = memory[keep], src_mask[keep]
-            if cache is not None:
-                _select_rows(cache, keep)
+        keep = (~done).nonzero().flatten()  # (B_active',) drop finished sentences from every tensor
+        active, tokens, limits = active[keep], tokens[keep], limits[keep]
+        memory, src_mask = memory[keep], src_mask[keep]
+        if cache is not None:
+            _select_rows(cache, keep)
     return outputs
 
 
 def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
-    """GNMT's ((5 + |Y|) / 6)^α, the length normalisation used with beam search in the paper (§6.1)."""
-    return ((5.0 + length.float()) / 6.0) ** alpha
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^α, the length normalisation used with beam search in the paper (§6.1).
+
+    |Y| counts the EOS token when there is one.
+    """
+    return ((5.0 + length.to(torch.float64)) / 6.0) ** alpha
 
 
 @torch.no_grad()
@@ -77,47 +101,81 @@ def beam_search(
     alpha: float = 0.6,
     max_len_offset: int = 50,
 ) -> list[list[int]]:
-    """src (B, S) -> B token-id lists: the best of K beams by log P(Y|X) / lp(|Y|).
+    """src (B, S) -> B token-id lists: the best finished hypothesis by log P(Y|X) / lp(|Y|).
 
-    Every sentence keeps K hypotheses; a finished one stays in its beam with a frozen score (it can only
-    be "extended" by EOS at no cost), so the tensors keep their shape (B·K, ...) throughout.
+    Each sentence keeps K live hypotheses. Every step takes the 2K best one-token extensions by log P
+    (at most K of them end in EOS, so K others can live on): an extension ending in EOS that ranks among
+    the first K is finished and scored by log P / lp(|Y|); the K best that do not end in EOS live on.
+    A sentence is done when it has K finished hypotheses, or at its length limit (where the K best
+    extensions are finished as they are). As in fairseq; with K = 1 this is exactly greedy search.
+    Tensors are (B·K, ...), sentence-major: rows b·K ... b·K + K - 1 are sentence b's beams.
+
+    Beam search is not exact: it may prune the prefix of a better hypothesis (even greedy's). When K is
+    at least the number of extensions there are, nothing is pruned and it finds the best hypothesis.
     """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     B, K, device = src.size(0), beam_size, src.device
     memory, src_mask, _ = model.encode(src)  # (B, S, D)
     memory = memory.repeat_interleave(K, dim=0)  # (B·K, S, D)
     src_mask = src_mask.repeat_interleave(K, dim=0)  # (B·K, 1, 1, S)
-    max_lengths = _max_lengths(src, model.pad_id, max_len_offset).repeat_interleave(K)  # (B·K,)
-    scores = torch.full((B, K), float("-inf"), device=device)
+    limits = max_lengths(model, src, max_len_offset)  # (B,)
+    L = int(limits.max())
+    dtype = torch.promote_types(model.output_proj.weight.dtype, torch.float32)  # of the scores
+    scores = torch.full((B, K), float("-inf"), dtype=dtype, device=device)
     scores[:, 0] = 0.0  # all K beams start as the same BOS hypothesis: keep only one of them alive
-    scores = scores.view(-1)  # (B·K,)
-    tokens = torch.full((B * K, 1), bos_id, dtype=torch.long, device=device)  # (B·K, 1 + t)
-    finished = torch.zeros(B * K, dtype=torch.bool, device=device)
-    lengths = torch.zeros(B * K, dtype=torch.long, device=device)  # tokens produced, EOS included
+    scores = scores.view(-1)  # (B·K,) log P of each live hypothesis
+    tokens = torch.full((B * K, L + 1), bos_id, dtype=torch.long, device=device)  # (B·K, 1 + L)
+    best_scores = torch.full((B,), float("-inf"), dtype=torch.float64, device=device)  # best finished
+    n_finished = torch.zeros(B, dtype=torch.long, device=device)
+    active = torch.arange(B, device=device)  # original sentence of each block of K rows
+    outputs: list[list[int]] = [[] for _ in range(B)]
+    beams = torch.arange(K, device=device)
+    first_k = torch.arange(2 * K, device=device) < K  # (2K,) the K best of the 2K extensions
     cache = model.new_cache()
-    for step in range(int(max_lengths.max())):
-        logits, _, _ = model.decode(tokens[:, -1:], memory, src_mask, cache)  # (B·K, 1, V)
-        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B·K, V)
+    for step in range(L):
+        n = active.numel()
+        logits, _, _ = model.decode(tokens[:, step : step + 1], memory, src_mask, cache)  # (n·K, 1, V)
+        logits = _next_token_logits(logits, model.pad_id, bos_id)  # (n·K, V)
+        log_probs = torch.log_softmax(logits.to(dtype), dim=-1)  # (n·K, V)
         V = log_probs.size(-1)
-        # a finished hypothesis continues only with EOS, at no cost
-        log_probs[finished] = float("-inf")
-        log_probs[finished, eos_id] = 0.0
-        candidates = (scores[:, None] + log_probs).view(B, K * V)  # (B, K·V)
-        top_scores, top = candidates.topk(K, dim=-1)  # (B, K)
-        origin = (top // V + torch.arange(B, device=device)[:, None] * K).view(-1)  # (B·K,) source beam
-        next_tokens = (top % V).view(-1)  # (B·K,)
-        scores = top_scores.view(-1)
-        was_finished = finished[origin]
-        lengths = lengths[origin] + (~was_finished).long()
-        # a hypothesis ends at EOS or at its length limit (as in greedy decoding)
-        finished = was_finished | (next_tokens == eos_id) | (lengths >= max_lengths)
-        tokens = torch.cat([tokens[origin], next_tokens[:, None]], dim=1)  # (B·K, 2 + t)
-        _select_rows(cache, origin, parts=("self",))  # the memory's keys/values are the same per beam
-        if finished.all():
+        candidates = (scores[:, None] + log_probs).view(n, K * V)  # (n, K·V)
+        top_scores, top = candidates.topk(2 * K, dim=-1)  # (n, 2K)
+        origin = top // V + (torch.arange(n, device=device) * K)[:, None]  # (n, 2K) row extended
+        next_tokens = top % V  # (n, 2K)
+        ends = next_tokens == eos_id  # (n, 2K)
+        at_limit = step + 1 >= limits  # (n,) all hypotheses have step + 1 tokens now
+        finishing = (ends | at_limit[:, None]) & first_k & (top_scores > float("-inf"))  # (n, 2K)
+        normalised = top_scores / length_penalty(torch.tensor(step + 1), alpha)  # (n, 2K) float64
+        best_now, pick = normalised.masked_fill(~finishing, float("-inf")).max(dim=-1)  # (n,)
+        improved = best_now > best_scores  # (n,)
+        best_scores = torch.where(improved, best_now, best_scores)
+        n_finished = n_finished + finishing.sum(dim=-1)
+        done = (n_finished >= K) | at_limit  # (n,)
+        improved_rows = improved.nonzero().flatten()  # (n_improved,)
+        if improved_rows.numel():
+            rows = origin[improved_rows, pick[improved_rows]]
+            last = next_tokens[improved_rows, pick[improved_rows]]
+            for i, prefix, token in zip(
+                active[improved_rows].tolist(), tokens[rows, 1 : step + 1].tolist(), last.tolist()
+            ):
+                outputs[i] = prefix if token == eos_id else prefix + [token]
+        # the K best extensions that do not end in EOS live on
+        live_scores, live = top_scores.masked_fill(ends, float("-inf")).topk(K, dim=-1)  # (n, K)
+        rows = origin.gather(1, live).view(-1)  # (n·K,)
+        scores = live_scores.view(-1)
+        tokens = tokens[rows]
+        tokens[:, step + 1] = next_tokens.gather(1, live).view(-1)
+        _select_rows(cache, rows, parts=("self",))  # the memory's keys/values are the same per beam
+        finished_sentences = done.nonzero().flatten()
+        if finished_sentences.numel() == n:
             break
-    normalised = (scores / length_penalty(lengths, alpha)).view(B, K)  # (B, K)
-    best = normalised.argmax(dim=-1) + torch.arange(B, device=device) * K  # (B,)
-    outputs = []
-    for row, n in zip(best.tolist(), lengths[best].tolist(), strict=True):
-        out = tokens[row, 1 : 1 + n].tolist()
-        outputs.append(out[:-1] if out and out[-1] == eos_id else out)
+        if finished_sentences.numel():  # drop the finished sentences from every tensor
+            keep = (~done).nonzero().flatten()  # (n',)
+            rows = (keep[:, None] * K + beams).view(-1)  # (n'·K,)
+            active, limits, best_scores, n_finished = (
+                t[keep] for t in (active, limits, best_scores, n_finished)
+            )
+            scores, tokens, memory, src_mask = (t[rows] for t in (scores, tokens, memory, src_mask))
+            _select_rows(cache, rows)
     return outputs

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer.attention import MultiHeadAttention
+from transformer.dropout import Dropout
 
 
 class FeedForward(nn.Module):
@@ -20,7 +21,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         nn.init.xavier_uniform_(self.linear1.weight)
         nn.init.xavier_uniform_(self.linear2.weight)
 
@@ -38,7 +39,7 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(d_model, d_ff, dropout)
         self.self_attn_norm = nn.LayerNorm(d_model)
         self.ffn_norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor | None):
         """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D), self-attention weights (B, H, S, S)."""
@@ -66,7 +67,7 @@ class DecoderLayer(nn.Module):
         self.self_attn_norm = nn.LayerNorm(d_model)
         self.cross_attn_norm = nn.LayerNorm(d_model)
         self.ffn_norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(
         self,

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from transformer.config import ModelConfig
+from transformer.dropout import Dropout
 from transformer.embeddings import PositionalEncoding, TokenEmbedding
 from transformer.layers import DecoderLayer, EncoderLayer
 from transformer.masks import decoder_self_mask, padding_mask
@@ -39,7 +40,7 @@ class Encoder(nn.Module):
         c = config
         self.embedding = embedding
         self.positions = PositionalEncoding(c.d_model, c.max_positions)
-        self.dropout = nn.Dropout(c.dropout)
+        self.dropout = Dropout(c.dropout)
         self.layers = nn.ModuleList(
             EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first)
             for _ in range(c.n_encoder_layers)
@@ -66,7 +67,7 @@ class Decoder(nn.Module):
         c = config
         self.embedding = embedding
         self.positions = PositionalEncoding(c.d_model, c.max_positions)
-        self.dropout = nn.Dropout(c.dropout)
+        self.dropout = Dropout(c.dropout)
         self.layers = nn.ModuleList(
             DecoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first)
             for _ in range(c.n_decoder_layers)

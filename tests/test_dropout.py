@@ -1,0 +1,46 @@
+"""Our CPU dropout: the right fraction dropped, the expectation kept, repeatable, identity in eval mode."""
+
+import pytest
+import torch
+
+from transformer.dropout import Dropout, dropout
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_drops_a_fraction_p_and_keeps_the_expectation(p):
+    y = dropout(torch.ones(2_000_000), p)
+    assert (y == 0).float().mean().item() == pytest.approx(p, abs=2e-3)
+    assert y.mean().item() == pytest.approx(1.0, abs=3e-3)
+    values = torch.unique(y).tolist()
+    assert len(values) == 2 and values[0] == 0.0 and values[1] == pytest.approx(1 / (1 - p), rel=1e-4)
+
+
+def test_mask_is_not_periodic_across_the_four_16_bit_slices():
+    y = dropout(torch.ones(400_000), 0.5).view(-1, 4)  # each row came from one 64-bit word
+    dropped = (y == 0).float().mean(dim=0)
+    assert torch.allclose(dropped, torch.full((4,), 0.5), atol=5e-3)
+
+
+def test_gradient_is_the_same_mask_scaled():
+    x = torch.randn(64, 33, requires_grad=True)
+    y = dropout(x, 0.2)
+    y.sum().backward()
+    kept = y != 0
+    assert torch.all(x.grad[~kept] == 0)
+    torch.testing.assert_close(x.grad[kept], torch.full_like(x.grad[kept], 65536 / (65536 - 13107)))
+
+
+def test_repeatable_under_the_global_seed_and_identity_in_eval():
+    x = torch.randn(1000)
+    torch.manual_seed(3)
+    a = dropout(x, 0.1)
+    torch.manual_seed(3)
+    assert torch.equal(a, dropout(x, 0.1))
+    module = Dropout(0.1).eval()
+    assert module(x) is x
+    assert dropout(x, 0.0) is x
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_keeps_low_precision_dtypes(dtype):
+    assert dropout(torch.ones(100, dtype=dtype), 0.1).dtype == dtype
