@@ -29,9 +29,9 @@ errors and the --reference scores go to stderr.
     truncated to that length, with a warning naming the line.
   - Invalid UTF-8: the undecodable bytes are replaced by U+FFFD and a warning names the line.
   - A translation has at most (source tokens + 1) + eval.max_len_offset tokens, EOS included (§6.1).
-With --attention DIR, each non-empty input line n gets DIR/line_<n>/cross_layer_<i>.png (mean of the
-heads of decoder layer i) and cross_heads_layer_<last>.png (every head of the last layer), computed
-by one forward pass over (source, translation); the same images go to TensorBoard
+With --attention DIR, each non-empty input line n gets DIR/line_<n>_cross_layer_<i>.png (mean of
+the heads of decoder layer i) and DIR/line_<n>_cross_heads_layer_<last>.png (every head of the last
+layer), computed by one forward pass over (source, translation); the same images go to TensorBoard
 (tensorboard --logdir DIR). Exit status: 0 on success, 1 on an error (one line on stderr).
 """
 
@@ -174,10 +174,8 @@ def write_attention(model, tokenizer, sources, hyp_ids, max_len_offset: int, out
             _, attention = model(src, tgt_in, return_attention=True)
         src_labels, tgt_labels = tokenizer.id_to_piece(src[0].tolist()), tokenizer.id_to_piece(target)
         figures = alignment_figures([w[0] for w in attention.cross], src_labels, tgt_labels, "cross")
-        folder = out_dir / f"line_{n:05d}"
-        folder.mkdir(parents=True, exist_ok=True)
         for tag, fig in figures.items():
-            fig.savefig(folder / f"{tag.replace('/', '_')}.png")
+            fig.savefig(out_dir / f"line_{n:05d}_{tag.replace('/', '_')}.png")
             writer.add_image(f"line_{n:05d}/{tag}", figure_to_array(fig), 0, dataformats="HWC")  # closes it
         writer.add_text(
             f"line_{n:05d}/text", f"**src** {tokenizer.decode(src_ids)}  \n**hyp** {tokenizer.decode(hyp)}", 0

@@ -64,9 +64,9 @@ def multi30k_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
-    """best.pt of a tiny model trained once per session by train.py (~15 s on one CPU core).
+    """best.pt of a tiny model trained once per session by train.py (~12 s on one CPU core).
 
-    300 steps on 3000 pairs: enough that it sometimes emits EOS, so decoding tests see both endings.
+    configs/tiny.yaml with 300 steps on 3000 pairs, so that it translates into more than one repeated token.
     """
     data_dir = multi30k_dir()
     if not (data_dir / "test_2016_flickr.de.gz").is_file():

@@ -78,7 +78,7 @@ def model_scores(model, src, hyps, alpha, max_len_offset) -> torch.Tensor:
     logits[..., [PAD, BOS]] = float("-inf")
     log_probs = torch.log_softmax(logits, dim=-1).gather(-1, tgt_out[..., None])[..., 0]  # (N, T)
     total = log_probs.masked_fill(tgt_out == PAD, 0.0).sum(dim=-1)  # (N,)
-    lengths = torch.tensor([len(t) for t in targets])
+    lengths = torch.tensor([len(t) for t in targets], dtype=torch.float64)
     return total / length_penalty(lengths, alpha)
 
 
@@ -167,11 +167,11 @@ def test_batched_beam_equals_one_by_one():
 
 
 def test_beam_wider_than_the_search_space_is_exhaustive_search():
-    """The guarantee we can test: with K >= the number of hypotheses nothing is pruned, so the result is
-    THE best hypothesis by log P / lp, whatever α. Vocabulary: UNK, EOS and two words (PAD and BOS are
-    never produced); sources of 1 and 2 tokens + EOS with max_len_offset=1 allow 3 and 4 output tokens:
-    3^0 + 3^1 + 3^2 + 3^3 + 3^4 = 121 hypotheses at most. Softer logits (output_std=0.3) than elsewhere,
-    so that greedy is not always the best."""
+    """The guarantee we can test: with K >= the number of one-token extensions at every step, nothing is
+    pruned, so the result is THE best hypothesis by log P / lp, whatever α. Vocabulary: UNK, EOS and two
+    words (PAD and BOS are never produced); sources of 1 and 2 tokens + EOS with max_len_offset=1 allow 3
+    and 4 output tokens: 3^0 + ... + 3^4 = 121 hypotheses, at most 27 · 4 = 108 extensions in one step.
+    Softer logits (output_std=0.3) than elsewhere, so that greedy is not always the best."""
     words = [UNK, 4, 5]
     src = pad_sources([[4], [5, 4]])
     limits = [3, 4]
@@ -192,9 +192,9 @@ def test_beam_wider_than_the_search_space_is_exhaustive_search():
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
 def test_beam_of_four_usually_scores_at_least_as_well_as_greedy(alpha):
     """Not a guarantee: beam search may prune the prefix of greedy's hypothesis when K other prefixes
-    score higher, and then end worse than greedy (so do other implementations). What holds in practice
-    is checked here, on fixed seeds: beam 4 is at least as good on nearly every sentence and better on
-    average, by the score it optimises (recomputed by a full forward pass)."""
+    score higher, or stop (K finished) before a better hypothesis ends, and then do worse than greedy.
+    What holds in practice is checked here, on fixed seeds: beam 4 is at least as good on nearly every
+    sentence and better on average, by the score it optimises (recomputed by a full forward pass)."""
     at_least, total, beam_sum, greedy_sum = 0, 0, 0.0, 0.0
     for seed in range(4):
         model, src = random_model(seed), random_sources(seed, batch=10)
@@ -223,16 +223,31 @@ def test_beam_stops_at_the_length_limit_and_never_returns_specials():
 
 @pytest.fixture(scope="module")
 def trained(tiny_checkpoint):
-    """(model, source batch of 24 test sentences) from the tiny checkpoint."""
+    """(model, source batch of 24 test sentences) from the tiny checkpoint.
+
+    A model this small may never emit EOS (or always); if so, the smallest EOS logit bias (a forward hook)
+    that ends some of the sentences with EOS and others at the length limit is added.
+    """
     model, tokenizer, config = load_for_inference(tiny_checkpoint)
     sentences = read_lines(multi30k_dir() / f"test_2016_flickr.{config.data.src_lang}.gz")[:24]
-    return model, pad_sources(tokenizer.encode_batch(sentences))
+    src = pad_sources(tokenizer.encode_batch(sentences))
+    for eos_bias in [0.25 * i for i in range(17)] + [-1.0, -2.0, -4.0]:
+        bias = torch.zeros(model.output_proj.out_features)
+        bias[EOS] = eos_bias
+        hook = model.output_proj.register_forward_hook(lambda module, inputs, logits, b=bias: logits + b)
+        ended, limited = endings(model, src, greedy_decode(model, src, BOS, EOS), 50)
+        if ended >= 3 and limited >= 3:
+            return model, src
+        hook.remove()
+    pytest.fail("no EOS bias gives the tiny model sentences of both endings")
 
 
 def test_trained_checkpoint_cached_greedy_equals_full_recompute_and_one_by_one(trained):
     model, src = trained
     cached = greedy_decode(model, src, BOS, EOS)
     assert cached == greedy_decode(model, src, BOS, EOS, use_cache=False)
+    ended, limited = endings(model, src, cached, 50)
+    assert ended > 0 and limited > 0
     assert cached[:6] == [greedy_decode(model, row[row != PAD][None], BOS, EOS)[0] for row in src[:6]]
     assert any(cached), "the tiny model should produce words"
 
