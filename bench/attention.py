@@ -6,12 +6,12 @@
    on (B=8, H=8, L, Dh=64) float32 tensors with a causal mask, interleaved, median of ``--repeats``.
 2. Peak memory of one training step (forward + backward + Adam) of the default config's model at each
    length, ours vs the same model on ``nn.Transformer``: on CUDA ``torch.cuda.max_memory_allocated``; on CPU
-   the growth of the process's peak resident set size, each measurement in a fresh subprocess.
+   (Linux) the peak resident set size (VmHWM, reset through /proc/self/clear_refs just before the step)
+   minus the resident size then, each measurement in a fresh subprocess.
 """
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -51,6 +51,14 @@ def time_attention(length: int, repeats: int, device: str) -> tuple[float, float
     return statistics.median(times["ours"]), statistics.median(times["torch"])
 
 
+def _status_bytes(field: str) -> int:
+    """A memory figure of this process from /proc/self/status (given there in kB)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
 def training_step_memory(which: str, length: int, device: str) -> float:
     """MiB of peak memory added by one training step on a batch of 8 sentences of ``length`` tokens."""
     torch.manual_seed(0)
@@ -67,14 +75,15 @@ def training_step_memory(which: str, length: int, device: str) -> float:
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
     else:
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        Path("/proc/self/clear_refs").write_text("5")  # the peak RSS restarts from the current RSS
+        before = _status_bytes("VmRSS")
     loss = token_loss(model(src, tgt), tgt, 0, 0.1) / tgt.numel()
     loss.backward()
     optimizer.step()
     if device == "cuda":
         peak = torch.cuda.max_memory_allocated()
     else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        peak = _status_bytes("VmHWM")
     return (peak - before) / 2**20
 
 

@@ -34,10 +34,14 @@ def scaled_dot_product_attention(
     if mask is None:
         weights = torch.softmax(scores, dim=-1)  # (..., Tq, Tk)
     else:
-        # The most negative finite number rather than -inf: a fully masked row then softmaxes to a
-        # uniform row instead of 0/0 = NaN (also in fp16/bf16), and is zeroed just below.
+        # The most negative finite number rather than -inf: a masked key gets exactly zero weight, and a
+        # fully masked row softmaxes to a uniform row instead of 0/0 = NaN (also in fp16/bf16)...
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        weights = torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)  # (..., Tq, Tk)
+        weights = torch.softmax(scores, dim=-1)  # (..., Tq, Tk)
+        # ...which is then zeroed. On the CPU, where asking costs no device sync, only when there is one.
+        fully_masked = ~mask.any(dim=-1, keepdim=True)  # (..., Tq | 1, 1)
+        if weights.device.type != "cpu" or bool(fully_masked.any()):
+            weights = weights.masked_fill(fully_masked, 0.0)
     if dropout > 0.0:
         weights = dropout_fn(weights, dropout)
     return torch.matmul(weights, value), weights  # (..., Tq, Dv), (..., Tq, Tk)
