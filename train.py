@@ -31,8 +31,16 @@ from transformer.checkpoint import (
     unwrap,
 )
 from transformer.config import Config, ConfigError, DataConfig, load_config
-from transformer.data import DataError, encode_split, filter_by_length, iter_batches, make_batches
-from transformer.data import load_hub_dataset, load_multi30k, load_parallel_text
+from transformer.data import (
+    DataError,
+    encode_split,
+    filter_by_length,
+    iter_batches,
+    load_hub_dataset,
+    load_multi30k,
+    load_parallel_text,
+    make_batches,
+)
 from transformer.ema import EMA
 from transformer.evaluation import bleu_chrf, evaluate_loss, token_loss, translate_ids
 from transformer.model import Transformer
@@ -112,7 +120,7 @@ def load_corpus(data: DataConfig):
 
 
 def build_tokenizer(corpus, data: DataConfig, run_dir: Path, runtime: Runtime) -> Tokenizer:
-    """A joint SentencePiece model trained on both sides of the training split (rank 0), saved with the run."""
+    """A joint SentencePiece model on both sides of the training split (rank 0), saved with the run."""
     path = run_dir / "tokenizer.model"
     if runtime.is_main and not path.exists():
         pairs = corpus["train"]["translation"]

@@ -1,4 +1,4 @@
-"""train.py end to end on a slice of Multi30k: artefacts, resume, config errors; and overfitting a tiny set."""
+"""train.py end to end on a slice of Multi30k: artefacts, resume, config errors; overfitting a tiny set."""
 
 import json
 import os
@@ -133,7 +133,9 @@ def test_overfits_a_tiny_set_to_near_zero_loss():
     torch.manual_seed(0)
     config = ModelConfig(d_model=64, n_heads=4, d_ff=128, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0)
     model = Transformer(config, 20, 20, pad_id=0)
-    pairs = [(torch.randint(4, 20, (n,)).tolist(), torch.randint(4, 20, (n + 1,)).tolist()) for n in range(3, 11)]
+    pairs = [
+        (torch.randint(4, 20, (n,)).tolist(), torch.randint(4, 20, (n + 1,)).tolist()) for n in range(3, 11)
+    ]
     batch = collate(pairs, range(len(pairs)), pad_id=0, bos_id=2, eos_id=3)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
     for _ in range(150):

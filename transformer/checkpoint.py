@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from transformer.config import Config, ConfigError, config_from_dict
+from transformer.config import ConfigError, config_from_dict
 from transformer.model import Transformer
 from transformer.tokenizer import Tokenizer
 
