@@ -44,15 +44,12 @@ def main():
             for kind in ("none", "padding", "causal", "random")
         )
         print(f"scaled_dot_product_attention vs F.scaled_dot_product_attention, {dtype}: {worst:.2e}")
-    print(
-        f"MultiHeadAttention vs nn.MultiheadAttention (float32, outputs + weights): {mha_max_diff_vs_torch():.2e}"
-    )
+    mha = mha_max_diff_vs_torch()
+    print(f"MultiHeadAttention vs nn.MultiheadAttention (float32, outputs + weights): {mha:.2e}")
     for norm_first in (False, True):
         enc, dec = stacks_max_diff(norm_first)
         name = "pre-norm" if norm_first else "post-norm"
-        print(
-            f"{name} stacks vs nn.TransformerEncoder / Decoder (float32): encoder {enc:.2e}, decoder {dec:.2e}"
-        )
+        print(f"{name} stacks vs nn.TransformerEncoder / Decoder (float32): enc {enc:.2e}, dec {dec:.2e}")
 
 
 if __name__ == "__main__":
