@@ -223,7 +223,7 @@ def validate(model, splits: Splits, tokenizer, config: Config, runtime: Runtime,
     )
     hyp_ids = translate_ids(
         model, src_ids, tokenizer, runtime.device, runtime.autocast, config.eval.max_tokens,
-        max_len_offset=config.eval.max_len_offset,
+        max_len_offset=config.eval.max_len_offset, progress="validate",
     )  # fmt: skip
     hyps = tokenizer.decode_batch(hyp_ids)
     scores = bleu_chrf(hyps, splits.valid_refs)
@@ -284,7 +284,7 @@ def train(config: Config, run_dir: Path, resume: bool = False) -> dict:
     state = restore(run_dir / "last.pt", model, optimizer, config, ema) if resume else State()
     if runtime.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
-    train_model = torch.compile(model) if config.train.compile else model
+    train_model = torch.compile(model, dynamic=True) if config.train.compile else model
     scaler = torch.amp.GradScaler(enabled=runtime.dtype == torch.float16)
 
     writer = None
@@ -399,6 +399,12 @@ def train(config: Config, run_dir: Path, resume: bool = False) -> dict:
     if runtime.is_main:
         results = final_test(run_dir, splits, tokenizer, config, runtime, state, stop_reason, n_params)
         writer.add_scalar("test/bleu", results["test_bleu"], state.step)
+        hparams = {
+            f"{section}.{k}": v for section, values in config.to_dict().items() for k, v in values.items()
+        }
+        hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in hparams.items()}
+        metrics = {"hparam/test_bleu": results["test_bleu"], "hparam/best_val_bleu": results["best_val_bleu"]}
+        writer.add_hparams(hparams, metrics, run_name="hparams")
         writer.close()
     if runtime.world_size > 1:
         dist.barrier()
@@ -432,7 +438,7 @@ def final_test(run_dir, splits, tokenizer, config, runtime, state: State, stop_r
     t0 = time.perf_counter()
     hyp_ids = translate_ids(
         model, splits.test[0], tokenizer, runtime.device, runtime.autocast, config.eval.max_tokens,
-        config.eval.beam_size, config.eval.length_penalty, config.eval.max_len_offset,
+        config.eval.beam_size, config.eval.length_penalty, config.eval.max_len_offset, progress="test",
     )  # fmt: skip
     hyps = tokenizer.decode_batch(hyp_ids)
     (run_dir / "test_hypotheses.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")

@@ -57,6 +57,8 @@ def test_end_to_end_run_writes_every_artefact(tiny_run):
     for image in ("cross/layer_0", "cross/heads_layer_0", "encoder_self/layer_0", "decoder_self/layer_0"):
         assert f"sentence_0/{image}" in tags["images"], image
     assert any(t.startswith("val/translations") for t in tags["tensors"])
+    hparams = EventAccumulator(str(tiny_run / "hparams"), size_guidance={"tensors": 0}).Reload()
+    assert "hparam/test_bleu" in hparams.Tags()["scalars"]
 
 
 @needs_data

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 import sacrebleu
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from transformer.data import Batch, iter_batches, make_batches, restore_order
 from transformer.decoding import beam_search, greedy_decode
@@ -54,15 +55,21 @@ def translate_ids(
     beam_size: int = 1,
     length_penalty: float = 0.6,
     max_len_offset: int = 50,
+    progress: str | None = None,
 ) -> list[list[int]]:
-    """Decode every source sentence (ids without EOS); batched by length, returned in input order."""
+    """Decode every source sentence (ids without EOS); batched by length, returned in input order.
+
+    ``progress``: a label for a progress bar over the sentences (None: no bar).
+    """
     model.eval()
     tgt_lengths = [len(s) for s in src_ids]  # a guess of the output length, for batching only
     batches = make_batches([len(s) for s in src_ids], tgt_lengths, max_tokens, shuffle=False)
     empty = [[] for _ in src_ids]
     outputs, order = [], []
     pad, bos, eos = tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id
+    bar = tqdm(total=len(src_ids), desc=progress, unit="sent", leave=False, disable=progress is None)
     for batch in iter_batches(list(src_ids), empty, batches, pad, bos, eos):
+        bar.update(len(batch.indices))
         src = batch.src.to(device)
         with autocast():
             if beam_size > 1:
@@ -71,6 +78,7 @@ def translate_ids(
                 hyps = greedy_decode(model, src, bos, eos, max_len_offset)
         outputs += hyps
         order += batch.indices.tolist()
+    bar.close()
     return restore_order(outputs, order, len(src_ids))
 
 
