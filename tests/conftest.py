@@ -57,9 +57,16 @@ def copy_decoder_layer(ours, theirs: torch.nn.TransformerDecoderLayer) -> None:
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# The local Multi30k mirror: $MULTI30K_DIR, else ../shared/data/multi30k beside the checkout.
+DATA_DIR = Path(os.environ.get("MULTI30K_DIR") or ROOT.parent / "shared" / "data" / "multi30k")
+needs_data = pytest.mark.skipif(not DATA_DIR.is_dir(), reason=f"no Multi30k mirror at {DATA_DIR}")
+
+
+@pytest.fixture(scope="session")
 def multi30k_dir() -> Path:
-    """The local Multi30k mirror: $MULTI30K_DIR, else ../shared/data/multi30k beside the checkout."""
-    return Path(os.environ.get("MULTI30K_DIR") or ROOT.parent / "shared" / "data" / "multi30k")
+    if not DATA_DIR.is_dir():
+        pytest.skip(f"no Multi30k mirror at {DATA_DIR}: set MULTI30K_DIR")
+    return DATA_DIR
 
 
 @pytest.fixture(scope="session")
@@ -68,7 +75,7 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
 
     configs/tiny.yaml with 300 steps on 3000 pairs, so that it translates into more than one repeated token.
     """
-    data_dir = multi30k_dir()
+    data_dir = DATA_DIR
     if not (data_dir / "test_2016_flickr.de.gz").is_file():
         pytest.skip(f"no Multi30k mirror at {data_dir} (set MULTI30K_DIR)")
     run_dir = tmp_path_factory.mktemp("tiny_run")

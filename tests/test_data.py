@@ -1,7 +1,6 @@
 """Data pipeline: loaders and their errors, checksums, the invariants of token-bucket batches."""
 
 import gzip
-import os
 import shutil
 from itertools import accumulate
 from pathlib import Path
@@ -30,15 +29,6 @@ from transformer.data import (
 from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 
 # -------- fixtures -------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def multi30k_dir() -> Path:
-    default = Path(__file__).parents[1] / ".." / "shared" / "data" / "multi30k"
-    path = Path(os.environ.get("MULTI30K_DIR", default))
-    if not path.is_dir():
-        pytest.skip(f"no Multi30k mirror at {path}: set MULTI30K_DIR")
-    return path
 
 
 @pytest.fixture(scope="session")

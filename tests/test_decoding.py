@@ -12,7 +12,7 @@ import itertools
 
 import pytest
 import torch
-from conftest import multi30k_dir
+from conftest import DATA_DIR
 
 from transformer.checkpoint import load_for_inference
 from transformer.config import ModelConfig
@@ -229,7 +229,7 @@ def trained(tiny_checkpoint):
     that ends some of the sentences with EOS and others at the length limit is added.
     """
     model, tokenizer, config = load_for_inference(tiny_checkpoint)
-    sentences = read_lines(multi30k_dir() / f"test_2016_flickr.{config.data.src_lang}.gz")[:24]
+    sentences = read_lines(DATA_DIR / f"test_2016_flickr.{config.data.src_lang}.gz")[:24]
     src = pad_sources(tokenizer.encode_batch(sentences))
     for eos_bias in [0.25 * i for i in range(17)] + [-1.0, -2.0, -4.0]:
         bias = torch.zeros(model.output_proj.out_features)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import DATA_DIR, needs_data
 
 import train
 from transformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -17,8 +18,6 @@ from transformer.model import Transformer
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "configs/tiny.yaml")
-DATA_DIR = Path(os.environ.get("MULTI30K_DIR", ROOT.parent / "shared/data/multi30k"))
-needs_data = pytest.mark.skipif(not DATA_DIR.is_dir(), reason=f"no Multi30k mirror at {DATA_DIR}")
 COMMON = ["eval.every_steps=0", "train.checkpoint_every=2", "train.max_steps=16"]
 
 

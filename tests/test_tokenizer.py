@@ -1,8 +1,6 @@
 """Tokenizer: fixed special ids, exact round trips on real Multi30k text, serialisation, errors."""
 
 import io
-import os
-from pathlib import Path
 
 import pytest
 import sentencepiece as spm
@@ -17,15 +15,6 @@ ACCENTED = [
     "Zwei Männer grüßen einen älteren Herrn vor dem Geschäft.",
     "Une femme âgée fait du vélo près de l'hôpital.",
 ]
-
-
-@pytest.fixture(scope="session")
-def multi30k_dir() -> Path:
-    default = Path(__file__).parents[1] / ".." / "shared" / "data" / "multi30k"
-    path = Path(os.environ.get("MULTI30K_DIR", default))
-    if not path.is_dir():
-        pytest.skip(f"no Multi30k mirror at {path}: set MULTI30K_DIR")
-    return path
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import DATA_DIR, needs_data
 
 import train
 from transformer.checkpoint import load_checkpoint
@@ -19,8 +20,6 @@ from transformer.optim import learning_rate
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "configs/tiny.yaml")
-DATA_DIR = Path(os.environ.get("MULTI30K_DIR", ROOT.parent / "shared/data/multi30k"))
-needs_data = pytest.mark.skipif(not DATA_DIR.is_dir(), reason=f"no Multi30k mirror at {DATA_DIR}")
 
 
 def run_train(run_dir: Path, *overrides: str, resume: bool = False) -> int:
