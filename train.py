@@ -42,7 +42,7 @@ from transformer.data import (
     make_batches,
 )
 from transformer.ema import EMA
-from transformer.evaluation import bleu_chrf, evaluate_loss, token_loss, translate_ids
+from transformer.evaluation import bleu_chrf, evaluate_loss, sentence_attention, token_loss, translate_ids
 from transformer.model import Transformer
 from transformer.optim import learning_rate, lr_scale, make_optimizer, set_lr
 from transformer.tokenizer import Tokenizer, train_tokenizer
@@ -247,13 +247,10 @@ def log_alignments(model, src_ids, hyp_ids, tokenizer, config, runtime, writer, 
     from transformer.plotting import alignment_figures, figure_to_array
 
     for n in range(min(config.eval.n_alignment_sentences, len(src_ids))):
-        src = torch.tensor([src_ids[n] + [tokenizer.eos_id]], device=runtime.device)  # (1, S)
-        tgt_in = torch.tensor([[tokenizer.bos_id] + hyp_ids[n]], device=runtime.device)  # (1, T)
-        with torch.no_grad(), runtime.autocast():
-            _, attention = model(src, tgt_in, return_attention=True)
-        src_labels = tokenizer.id_to_piece(src[0].tolist())
-        tgt_labels = tokenizer.id_to_piece(hyp_ids[n] + [tokenizer.eos_id])  # what each row predicted
-        in_labels = tokenizer.id_to_piece(tgt_in[0].tolist())  # what each decoder row read
+        with runtime.autocast():
+            attention, src_labels, tgt_labels, in_labels = sentence_attention(
+                model, tokenizer, src_ids[n], hyp_ids[n], config.eval.max_len_offset
+            )
         figures = alignment_figures([w[0] for w in attention.cross], src_labels, tgt_labels, "cross")
         figures |= alignment_figures(
             [w[0] for w in attention.encoder_self], src_labels, src_labels, "encoder_self", heads=False

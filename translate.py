@@ -17,8 +17,7 @@ from pathlib import Path
 import torch
 
 from transformer.checkpoint import CheckpointError, load_for_inference
-from transformer.decoding import max_lengths
-from transformer.evaluation import bleu_chrf, translate_ids
+from transformer.evaluation import bleu_chrf, sentence_attention, translate_ids
 
 EPILOG = """\
 stdout holds the translations only, exactly one line per input line, in input order; warnings,
@@ -160,19 +159,13 @@ def write_attention(model, tokenizer, sources, hyp_ids, max_len_offset: int, out
 
     from transformer.plotting import alignment_figures, figure_to_array
 
-    device = next(model.parameters()).device
     writer = SummaryWriter(str(out_dir))
     for n, (src_ids, hyp) in enumerate(zip(sources, hyp_ids), start=1):
         if src_ids is None:
             continue
-        src = torch.tensor([src_ids + [tokenizer.eos_id]], device=device)  # (1, S)
-        # a translation that stopped at the length limit has no EOS: its last row predicted its last token
-        ended = len(hyp) < int(max_lengths(model, src, max_len_offset)[0])
-        target = hyp + [tokenizer.eos_id] if ended else hyp  # what each decoder row predicted
-        tgt_in = torch.tensor([[tokenizer.bos_id] + target[:-1]], device=device)  # (1, T)
-        with torch.no_grad():
-            _, attention = model(src, tgt_in, return_attention=True)
-        src_labels, tgt_labels = tokenizer.id_to_piece(src[0].tolist()), tokenizer.id_to_piece(target)
+        attention, src_labels, tgt_labels, _ = sentence_attention(
+            model, tokenizer, src_ids, hyp, max_len_offset
+        )
         figures = alignment_figures([w[0] for w in attention.cross], src_labels, tgt_labels, "cross")
         for tag, fig in figures.items():
             fig.savefig(out_dir / f"line_{n:05d}_{tag.replace('/', '_')}.png")

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from transformer.data import Batch, iter_batches, make_batches, restore_order
-from transformer.decoding import beam_search, greedy_decode
-from transformer.model import Transformer
+from transformer.decoding import beam_search, greedy_decode, max_lengths
+from transformer.model import Attention, Transformer
 from transformer.tokenizer import Tokenizer
 
 
@@ -92,3 +92,28 @@ def bleu_chrf(hypotheses: list[str], references: list[str]) -> dict[str, float |
         "chrf": chrf.corpus_score(hypotheses, [references]).score,
         "signature": str(bleu.get_signature()),
     }
+
+
+@torch.no_grad()
+def sentence_attention(
+    model: Transformer, tokenizer: Tokenizer, src_ids: list[int], hyp_ids: list[int], max_len_offset: int
+) -> tuple[Attention, list[str], list[str], list[str]]:
+    """Every layer's attention for one translated sentence, and the sub-word labels of its axes.
+
+    One forward pass over (source + EOS, BOS + translation): the same weights the decoder computed step
+    by step. Returns (attention with batch size 1, source labels, labels of what each decoder row
+    predicted, labels of what each decoder row read).
+    """
+    device = next(model.parameters()).device
+    src = torch.tensor([src_ids + [tokenizer.eos_id]], device=device)  # (1, S)
+    # a translation that stopped at the length limit has no EOS: its last row predicted its last token
+    ended = len(hyp_ids) < int(max_lengths(model, src, max_len_offset)[0])
+    predicted = hyp_ids + [tokenizer.eos_id] if ended else hyp_ids
+    tgt_in = [tokenizer.bos_id] + predicted[:-1]
+    _, attention = model(src, torch.tensor([tgt_in], device=device), return_attention=True)
+    return (
+        attention,
+        tokenizer.id_to_piece(src[0].tolist()),
+        tokenizer.id_to_piece(predicted),
+        tokenizer.id_to_piece(tgt_in),
+    )
