@@ -31,16 +31,8 @@ from transformer.checkpoint import (
     unwrap,
 )
 from transformer.config import Config, ConfigError, DataConfig, load_config
-from transformer.data import (
-    DataError,
-    encode_split,
-    filter_by_length,
-    iter_batches,
-    load_hub_dataset,
-    load_multi30k,
-    load_parallel_text,
-    make_batches,
-)
+from transformer.corpus import Splits, encode_corpus, load_corpus
+from transformer.data import DataError, iter_batches, make_batches
 from transformer.ema import EMA
 from transformer.evaluation import bleu_chrf, evaluate_loss, sentence_attention, token_loss, translate_ids
 from transformer.model import Transformer
@@ -105,20 +97,6 @@ def setup_runtime(config: Config) -> Runtime:
     return Runtime(device, dtype, rank, world_size)
 
 
-def load_corpus(data: DataConfig):
-    """The configured dataset as a DatasetDict with train / validation / test splits."""
-    if data.dataset == "multi30k":
-        return load_multi30k(data.src_lang, data.tgt_lang, data.data_dir)
-    if data.dataset == "hub":
-        return load_hub_dataset(data.hub_name, data.hub_config, data.src_lang, data.tgt_lang)
-    splits = {"train": "train", "validation": "valid", "test": "test"}
-    files = {
-        split: (f"{data.text_prefix}.{stem}.{data.src_lang}", f"{data.text_prefix}.{stem}.{data.tgt_lang}")
-        for split, stem in splits.items()
-    }
-    return load_parallel_text(files, data.src_lang, data.tgt_lang)
-
-
 def build_tokenizer(corpus, data: DataConfig, run_dir: Path, runtime: Runtime) -> Tokenizer:
     """A joint SentencePiece model on both sides of the training split (rank 0), saved with the run."""
     path = run_dir / "tokenizer.model"
@@ -129,33 +107,6 @@ def build_tokenizer(corpus, data: DataConfig, run_dir: Path, runtime: Runtime) -
     if runtime.world_size > 1:
         dist.barrier()
     return Tokenizer(path)
-
-
-@dataclass
-class Splits:
-    """Token ids of each split: train filtered by length; validation / test complete and in order."""
-
-    train: tuple[list[list[int]], list[list[int]]]
-    train_indices: list[int]
-    valid: tuple[list[list[int]], list[list[int]]]
-    valid_refs: list[str]
-    test: tuple[list[list[int]], list[list[int]]]
-    test_refs: list[str]
-
-
-def encode_corpus(corpus, tokenizer: Tokenizer, data: DataConfig) -> Splits:
-    def split(name, limit):
-        ds = corpus[name]
-        if limit > 0:
-            ds = ds.select(range(min(limit, len(ds))))
-        ids = encode_split(ds, tokenizer, data.src_lang, data.tgt_lang)
-        return ids, [p[data.tgt_lang] for p in ds["translation"]]
-
-    train, _ = split("train", data.train_limit)
-    valid, valid_refs = split("validation", data.eval_limit)
-    test, test_refs = split("test", data.eval_limit)
-    keep = filter_by_length([len(s) for s in train[0]], [len(t) for t in train[1]], data.max_len)
-    return Splits(train, keep, valid, valid_refs, test, test_refs)
 
 
 # ---------------------------------------------------------------------------------------- training

@@ -1,0 +1,68 @@
+"""The corpus train.py loads: local text files and hub datasets (the hub faked here: no network)."""
+
+import json
+
+import datasets
+import pytest
+from conftest import ROOT
+
+import train
+from transformer.config import DataConfig
+from transformer.corpus import load_corpus
+from transformer.data import DataError
+
+PAIRS = [
+    ("Ein Hund läuft.", "A dog runs."),
+    ("Zwei Kinder spielen im Park.", "Two children play in the park."),
+    ("Eine Frau liest ein Buch.", "A woman reads a book."),
+    ("Der Mann trägt einen roten Hut.", "The man wears a red hat."),
+]
+
+
+def write_text_corpus(prefix, n_train=60):
+    for stem, n in (("train", n_train), ("valid", 6), ("test", 5)):
+        rows = [PAIRS[i % len(PAIRS)] for i in range(n)]
+        for lang, side in (("de", 0), ("en", 1)):
+            (prefix.parent / f"{prefix.name}.{stem}.{lang}").write_text(
+                "".join(row[side] + "\n" for row in rows), encoding="utf-8"
+            )
+
+
+def test_text_corpus_loads_every_split(tmp_path):
+    write_text_corpus(tmp_path / "toy")
+    corpus = load_corpus(DataConfig(dataset="text", text_prefix=str(tmp_path / "toy")))
+    assert {k: len(v) for k, v in corpus.items()} == {"train": 60, "validation": 6, "test": 5}
+    assert corpus["validation"][1]["translation"] == {"de": PAIRS[1][0], "en": PAIRS[1][1]}
+
+
+def test_text_corpus_errors_name_the_file_or_key(tmp_path):
+    with pytest.raises(DataError, match="needs data.text_prefix"):
+        load_corpus(DataConfig(dataset="text"))
+    write_text_corpus(tmp_path / "toy")
+    (tmp_path / "toy.test.en").write_text("only one line\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"toy.test.de has 5 lines, .*toy.test.en has 1"):
+        load_corpus(DataConfig(dataset="text", text_prefix=str(tmp_path / "toy")))
+
+
+def test_hub_corpus_needs_every_split(monkeypatch):
+    with pytest.raises(DataError, match="needs data.hub_name"):
+        load_corpus(DataConfig(dataset="hub"))
+    rows = {"translation": [{"de": de, "en": en} for de, en in PAIRS]}
+    fake = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_dict(rows), "validation": datasets.Dataset.from_dict(rows)}
+    )
+    monkeypatch.setattr(datasets, "load_dataset", lambda name, config, **kw: fake)
+    with pytest.raises(DataError, match=r"no test split \(it has: train, validation\)"):
+        load_corpus(DataConfig(dataset="hub", hub_name="fake", hub_config="de-en"))
+
+
+def test_train_py_runs_on_local_text_files(tmp_path):
+    write_text_corpus(tmp_path / "toy", n_train=200)
+    args = ["--config", str(ROOT / "configs/tiny.yaml"), "--run-dir", str(tmp_path / "run")]
+    for override in ("data.dataset=text", f"data.text_prefix={tmp_path / 'toy'}", "data.vocab_size=60",
+                     "train.max_steps=4", "eval.every_steps=0"):  # fmt: skip
+        args += ["--set", override]
+    assert train.main(args) == 0
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["steps"] == 4
+    assert len((tmp_path / "run" / "test_hypotheses.txt").read_text(encoding="utf-8").splitlines()) == 5
