@@ -125,13 +125,14 @@ class State:
     history: list = field(default_factory=list)
 
 
-def checkpoint_state(model, optimizer, config, tokenizer, state: State, ema: EMA | None) -> dict:
+def checkpoint_state(model, optimizer, scaler, config, tokenizer, state: State, ema: EMA | None) -> dict:
     """``model`` holds the weights to translate with (the moving average when there is one)."""
     model = unwrap(model)
     checkpoint = {
         "config": config.to_dict(),
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict(),  # fp16 loss scale; empty when the scaler is off
         "tokenizer": tokenizer_to_tensor(tokenizer),
         "state": dict(vars(state)),
         "rng": {"torch": torch.get_rng_state()}
@@ -145,12 +146,21 @@ def checkpoint_state(model, optimizer, config, tokenizer, state: State, ema: EMA
     return checkpoint
 
 
-def restore(path: Path, model, optimizer, config: Config, ema: EMA | None) -> State:
+def restore(path: Path, model, optimizer, scaler, config: Config, ema: EMA | None) -> State:
     ckpt = load_checkpoint(path)
-    if ckpt["config"]["model"] != config.to_dict()["model"]:
-        raise CheckpointError(f"{path} was trained with another model config; cannot resume")
+    saved, now = ckpt["config"], config.to_dict()
+    # what decides the weights' shapes and the order of the batches must not change on resume
+    changed = [f"model.{k}" for k in now["model"] if saved["model"].get(k) != now["model"][k]]
+    changed += [
+        f"data.{k}" for k in now["data"] if k != "data_dir" and saved["data"].get(k) != now["data"][k]
+    ]
+    changed += ["train.seed"] if saved["train"].get("seed") != now["train"]["seed"] else []
+    if changed:
+        raise CheckpointError(f"{path} was trained with other values of {', '.join(changed)}; cannot resume")
     unwrap(model).load_state_dict(ckpt.get("train_model", ckpt["model"]))
     optimizer.load_state_dict(ckpt["optimizer"])
+    if ckpt.get("scaler"):
+        scaler.load_state_dict(ckpt["scaler"])
     if ema is not None:
         if "ema" not in ckpt:
             raise CheckpointError(f"{path} has no moving average; cannot resume with train.ema_decay > 0")
@@ -229,11 +239,11 @@ def train(config: Config, run_dir: Path, resume: bool = False) -> dict:
     model.to(runtime.device)
     optimizer = make_optimizer(model, config.train)
     ema = EMA(model, config.train.ema_decay) if config.train.ema_decay > 0 else None
-    state = restore(run_dir / "last.pt", model, optimizer, config, ema) if resume else State()
+    scaler = torch.amp.GradScaler(runtime.device.type, enabled=runtime.dtype == torch.float16)
+    state = restore(run_dir / "last.pt", model, optimizer, scaler, config, ema) if resume else State()
     if runtime.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
     train_model = torch.compile(model, dynamic=True) if config.train.compile else model
-    scaler = torch.amp.GradScaler(enabled=runtime.dtype == torch.float16)
 
     writer = None
     if runtime.is_main:
@@ -259,28 +269,36 @@ def train(config: Config, run_dir: Path, resume: bool = False) -> dict:
         desc="train", initial=state.step, total=tc.max_steps or None, disable=not runtime.is_main,
         mininterval=1.0 if sys.stderr.isatty() else 30.0, dynamic_ncols=True,
     )  # fmt: skip
-    window_tokens, window_start, stop_reason = 0, time.perf_counter(), None
+    window_tokens, window_start, micro = 0, time.perf_counter(), 0
+    reasons = (None, "max_steps", "max_epochs", "max_minutes")
 
-    def out_of_budget() -> str | None:
+    def stop_reason_now() -> str | None:
+        """Why training should stop now, if it should: the same answer on every rank."""
+        reason = None
         if tc.max_steps and state.step >= tc.max_steps:
-            return "max_steps"
-        if tc.max_epochs and state.epoch >= tc.max_epochs:
-            return "max_epochs"
-        if time.perf_counter() - started >= budget:
-            return "max_minutes"
-        return None
+            reason = "max_steps"
+        elif tc.max_epochs and state.epoch >= tc.max_epochs:
+            reason = "max_epochs"
+        elif time.perf_counter() - started >= budget:
+            reason = "max_minutes"
+        if runtime.world_size > 1:  # clocks differ between processes: the first rank to stop decides
+            code = torch.tensor([reasons.index(reason)], device=runtime.device)
+            dist.all_reduce(code, op=dist.ReduceOp.MAX)
+            reason = reasons[int(code.item())]
+        return reason
 
     def save(name: str) -> None:
         state.train_seconds = time.perf_counter() - started
         if runtime.is_main:
-            save_checkpoint(checkpoint_state(model, optimizer, config, tokenizer, state, ema), run_dir / name)
+            state_dict = checkpoint_state(model, optimizer, scaler, config, tokenizer, state, ema)
+            save_checkpoint(state_dict, run_dir / name)
 
-    while (stop_reason := out_of_budget()) is None:
+    stop_reason = stop_reason_now()
+    while stop_reason is None:
         batches = make_batches(
             src_lengths, tgt_lengths, config.data.max_tokens, True, tc.seed, state.epoch,
             runtime.rank, runtime.world_size, indices=splits.train_indices,
         )  # fmt: skip
-        micro = 0
         for batch in iter_batches(*splits.train, batches[state.batch_in_epoch :], *ids):
             train_model.train()
             batch = batch.to(runtime.device)
@@ -298,22 +316,29 @@ def train(config: Config, run_dir: Path, resume: bool = False) -> dict:
             scaler.unscale_(optimizer)
             max_norm = tc.clip_grad_norm if tc.clip_grad_norm > 0 else math.inf
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-            if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
+            # in fp16 an overflowing gradient is routine: the scaler skips that update and lowers its scale
+            grads_ok = scaler.is_enabled() or torch.isfinite(grad_norm)
+            if not (torch.isfinite(loss) and grads_ok):
                 optimizer.zero_grad(set_to_none=True)
                 if tc.nonfinite_loss == "stop":
+                    last = run_dir / "last.pt"
+                    kept = f"the last good checkpoint is {last}" if last.exists() else "no checkpoint yet"
                     raise TrainingError(
                         f"non-finite loss ({loss.item()}) or gradient norm at step {state.step + 1}; "
-                        f"stopped. The last good checkpoint is {run_dir / 'last.pt'}"
+                        f"stopped: {kept}"
                     )
                 print(f"skipping step {state.step + 1}: non-finite loss or gradient", file=sys.stderr)
                 scaler.update()
                 continue
-            state.step += 1
-            lr = learning_rate(state.step, config.model.d_model, tc.warmup_steps, scale)
+            lr = learning_rate(state.step + 1, config.model.d_model, tc.warmup_steps, scale)
             set_lr(optimizer, lr)
+            loss_scale = scaler.get_scale()
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
+            if scaler.get_scale() < loss_scale:  # fp16 overflow: the scaler skipped this update
+                continue
+            state.step += 1
             if ema is not None:
                 ema.update(unwrap(model))
             progress.update(1)
@@ -328,15 +353,11 @@ def train(config: Config, run_dir: Path, resume: bool = False) -> dict:
                 save("last.pt")
             if config.eval.every_steps and state.step % config.eval.every_steps == 0:
                 evaluate_and_save(model, splits, tokenizer, config, runtime, writer, state, save, ema)
-            stop = out_of_budget() is not None
-            if runtime.world_size > 1:  # every rank stops at the same step
-                flag = torch.tensor([float(stop)], device=runtime.device)
-                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-                stop = bool(flag.item())
-            if stop:
+            if (stop_reason := stop_reason_now()) is not None:
                 break
         else:
             state.epoch, state.batch_in_epoch = state.epoch + 1, 0
+            stop_reason = stop_reason_now()
     progress.close()
 
     if not state.history or state.history[-1]["step"] != state.step:

@@ -270,6 +270,11 @@ def main(argv=None) -> int:
     except (CheckpointError, InputError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise
+    except (OSError, torch.cuda.OutOfMemoryError) as error:  # e.g. an unwritable --attention DIR
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

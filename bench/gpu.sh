@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with CUDA: base-config training throughput in bf16 (ours vs nn.Transformer, with MFU),
-# then decoding speed, then the test suite on the GPU's PyTorch. Usage: bash bench/gpu.sh [DATA_DIR]
+# then decoding speed (with no checkpoint given, decode_speed.py first trains one for 5 minutes).
+# Usage: bash bench/gpu.sh [DATA_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR="${1:-${MULTI30K_DIR:-../shared/data/multi30k}}"

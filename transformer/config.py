@@ -109,7 +109,7 @@ class TrainConfig:
 @dataclass(frozen=True)
 class EvalConfig:
     every_steps: int = 1000  # validation (loss + BLEU) every N optimizer updates; 0 = only at the end
-    max_tokens: int = 8000  # source tokens per decoding batch
+    max_tokens: int = 8000  # per decoding batch: padded source tokens + as many again for the output
     beam_size: int = 1  # 1 = greedy
     length_penalty: float = 0.6  # α of the beam search length penalty
     max_len_offset: int = 50  # decode at most source length + this many tokens (§6.1)

@@ -126,6 +126,8 @@ class Transformer(nn.Module):
         Without a cache: the full shifted-right target under the causal + padding mask. With a cache:
         only the new token(s); no mask is needed since they may see every cached (past) token.
         """
+        if cache is not None and tgt_in.size(1) != 1:
+            raise ValueError(f"decoding with a cache takes one new token per step, got {tgt_in.size(1)}")
         tgt_mask = None if cache is not None else decoder_self_mask(tgt_in, self.pad_id)  # (B, 1, T, T)
         x, self_weights, cross_weights = self.decoder(tgt_in, memory, tgt_mask, src_mask, cache)
         return self.output_proj(x), self_weights, cross_weights  # (B, T, V)
