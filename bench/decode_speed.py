@@ -14,6 +14,7 @@ Last line: speedup_cache=<cached greedy sentences/s ÷ uncached greedy sentences
 """
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -23,9 +24,8 @@ from pathlib import Path
 import torch
 
 from transformer.checkpoint import CheckpointError, load_for_inference
-from transformer.data import iter_batches, load_multi30k, make_batches, restore_order
-from transformer.decoding import beam_search, greedy_decode
-from transformer.evaluation import bleu_chrf
+from transformer.data import load_multi30k
+from transformer.evaluation import bleu_chrf, translate_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RUN = ROOT / "runs" / "decode_bench"
@@ -57,16 +57,15 @@ def train_checkpoint(data_dir: str, minutes: float) -> Path:
     return DEFAULT_RUN / "best.pt"
 
 
-def decode(model, src_ids, tokenizer, device, max_tokens, method) -> tuple[list[list[int]], float]:
-    """(outputs in input order, seconds) of ``method(model, src (B, S)) -> ids`` on length-sorted batches."""
-    batches = make_batches([len(s) for s in src_ids], [len(s) for s in src_ids], max_tokens, shuffle=False)
-    ids = (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
-    outputs, order = [], []
+def decode(
+    model, src_ids, tokenizer, device, max_tokens, offset, method: dict
+) -> tuple[list[list[int]], float]:
+    """(outputs in input order, seconds) of ``translate_ids`` with the decoding options in ``method``."""
     start = time.perf_counter()
-    for batch in iter_batches(src_ids, [[] for _ in src_ids], batches, *ids):
-        outputs += method(model, batch.src.to(device))
-        order += batch.indices.tolist()
-    return restore_order(outputs, order, len(src_ids)), time.perf_counter() - start
+    outputs = translate_ids(
+        model, src_ids, tokenizer, device, contextlib.nullcontext, max_tokens, max_len_offset=offset, **method
+    )
+    return outputs, time.perf_counter() - start
 
 
 def main(argv=None) -> int:
@@ -86,12 +85,11 @@ def main(argv=None) -> int:
     src_ids = tokenizer.encode_batch([pair[data.src_lang] for pair in test])
     references = [pair[data.tgt_lang] for pair in test]
     max_tokens = args.max_tokens or config.eval.max_tokens
-    bos, eos, offset = tokenizer.bos_id, tokenizer.eos_id, config.eval.max_len_offset
-    K, alpha = args.beam, args.alpha
+    offset = config.eval.max_len_offset
     methods = {
-        "greedy, cache": lambda m, src: greedy_decode(m, src, bos, eos, offset),
-        "greedy, no cache": lambda m, src: greedy_decode(m, src, bos, eos, offset, use_cache=False),
-        f"beam {K}, cache": lambda m, src: beam_search(m, src, bos, eos, K, alpha, offset),
+        "greedy, cache": {},
+        "greedy, no cache": {"use_cache": False},
+        f"beam {args.beam}, cache": {"beam_size": args.beam, "length_penalty": args.alpha},
     }
     n_params = sum(p.numel() for p in model.parameters())
     print(
@@ -100,10 +98,10 @@ def main(argv=None) -> int:
         flush=True,
     )
     for method in methods.values():  # warm-up: first-call allocations are no one's cost
-        decode(model, src_ids[:8], tokenizer, args.device, max_tokens, method)
+        decode(model, src_ids[:8], tokenizer, args.device, max_tokens, offset, method)
     results = {}
     for name, method in methods.items():
-        outputs, seconds = decode(model, src_ids, tokenizer, args.device, max_tokens, method)
+        outputs, seconds = decode(model, src_ids, tokenizer, args.device, max_tokens, offset, method)
         results[name] = (outputs, len(src_ids) / seconds)
         bleu = bleu_chrf(tokenizer.decode_batch(outputs), references)["bleu"]
         mean_length = sum(len(o) for o in outputs) / max(len(outputs), 1)

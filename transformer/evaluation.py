@@ -56,10 +56,12 @@ def translate_ids(
     length_penalty: float = 0.6,
     max_len_offset: int = 50,
     progress: str | None = None,
+    use_cache: bool = True,
 ) -> list[list[int]]:
     """Decode every source sentence (ids without EOS); batched by length, returned in input order.
 
-    ``progress``: a label for a progress bar over the sentences (None: no bar).
+    ``progress``: a label for a progress bar over the sentences (None: no bar). ``use_cache=False``:
+    greedy decoding recomputes the whole prefix every step (the slow reference, for benchmarks).
     """
     model.eval()
     tgt_lengths = [len(s) for s in src_ids]  # a guess of the output length, for batching only
@@ -75,7 +77,7 @@ def translate_ids(
             if beam_size > 1:
                 hyps = beam_search(model, src, bos, eos, beam_size, length_penalty, max_len_offset)
             else:
-                hyps = greedy_decode(model, src, bos, eos, max_len_offset)
+                hyps = greedy_decode(model, src, bos, eos, max_len_offset, use_cache)
         outputs += hyps
         order += batch.indices.tolist()
     bar.close()
