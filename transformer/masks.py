@@ -18,6 +18,12 @@ def causal_mask(length: int, device: torch.device | None = None) -> torch.Tensor
 
 
 def decoder_self_mask(tgt_in: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """Causal AND key padding, for decoder self-attention. tgt_in: (B, T) -> (B, 1, T, T) bool."""
+    """Causal AND key padding, for decoder self-attention. tgt_in: (B, T) -> (B, 1, T, T) bool.
+
+    Position 0 holds the decoder start token, never padding (padding is on the right), so it is always
+    attended even when the start token IS the pad id (Marian starts the decoder from <pad>).
+    """
     T = tgt_in.size(1)
-    return causal_mask(T, tgt_in.device) & padding_mask(tgt_in, pad_id)  # (B, 1, T, T)
+    keys = tgt_in != pad_id  # (B, T)
+    keys[:, :1] = True  # the start token
+    return causal_mask(T, tgt_in.device) & keys[:, None, None, :]  # (B, 1, T, T)

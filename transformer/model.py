@@ -6,6 +6,9 @@ Shapes, everywhere in this package:
 
     src (B, S) ──Encoder──▶ memory (B, S, D)
     tgt_in (B, T) = BOS + target ──Decoder(memory)──▶ logits (B, T, V), scored against tgt_out = target + EOS
+
+The token ``tgt_in`` starts with is ``model.start_id(bos_id)``: BOS by default, the pad id when
+``model.decoder_start_token == "pad"`` (Marian). The decoder's self-attention always attends to it.
 """
 
 from dataclasses import dataclass
@@ -39,10 +42,10 @@ class Encoder(nn.Module):
         super().__init__()
         c = config
         self.embedding = embedding
-        self.positions = PositionalEncoding(c.d_model, c.max_positions)
+        self.positions = PositionalEncoding(c.d_model, c.max_positions, c.sinusoid_layout)
         self.dropout = Dropout(c.dropout)
         self.layers = nn.ModuleList(
-            EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first)
+            EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation)
             for _ in range(c.n_encoder_layers)
         )
         self.final_norm = nn.LayerNorm(c.d_model) if c.norm_first else None
@@ -66,15 +69,22 @@ class Decoder(nn.Module):
         super().__init__()
         c = config
         self.embedding = embedding
-        self.positions = PositionalEncoding(c.d_model, c.max_positions)
+        self.positions = PositionalEncoding(c.d_model, c.max_positions, c.sinusoid_layout)
         self.dropout = Dropout(c.dropout)
         self.layers = nn.ModuleList(
-            DecoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first)
+            DecoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation)
             for _ in range(c.n_decoder_layers)
         )
         self.final_norm = nn.LayerNorm(c.d_model) if c.norm_first else None
 
-    def forward(self, tgt_in, memory, tgt_mask, src_mask, cache: Cache | None = None):
+    def forward(
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_mask: torch.Tensor | None,
+        src_mask: torch.Tensor | None,
+        cache: Cache | None = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
         """tgt_in (B, T), memory (B, S, D) -> (B, T, D), self weights [(B, H, T, T)], cross [(B, H, T, S)].
 
         With a ``cache``, ``tgt_in`` holds only the NEW tokens; positions continue after the cache.
@@ -102,17 +112,26 @@ class Transformer(nn.Module):
                 f"and tgt_vocab_size={tgt_vocab_size}"
             )
         self.config, self.pad_id = config, pad_id
-        tgt_embedding = TokenEmbedding(tgt_vocab_size, config.d_model)
+        scale = config.scale_embeddings
+        tgt_embedding = TokenEmbedding(tgt_vocab_size, config.d_model, scale)
         src_embedding = (
-            tgt_embedding if config.share_embeddings else TokenEmbedding(src_vocab_size, config.d_model)
+            tgt_embedding
+            if config.share_embeddings
+            else TokenEmbedding(src_vocab_size, config.d_model, scale)
         )
         self.encoder = Encoder(config, src_embedding)
         self.decoder = Decoder(config, tgt_embedding)
-        self.output_proj = nn.Linear(config.d_model, tgt_vocab_size, bias=False)
+        self.output_proj = nn.Linear(config.d_model, tgt_vocab_size, bias=config.output_bias)
         if config.share_embeddings:  # §3.4: the pre-softmax projection is the embedding matrix
             self.output_proj.weight = tgt_embedding.weight
         else:
             nn.init.normal_(self.output_proj.weight, mean=0.0, std=config.d_model**-0.5)
+        if config.output_bias:  # Marian's final_logits_bias, zero until trained
+            nn.init.zeros_(self.output_proj.bias)
+
+    def start_id(self, bos_id: int) -> int:
+        """The token every ``tgt_in`` starts with: ``bos_id``, or the pad id for Marian-style models."""
+        return self.pad_id if self.config.decoder_start_token == "pad" else bos_id
 
     def encode(self, src: torch.Tensor):
         """src (B, S) -> memory (B, S, D), src_mask (B, 1, 1, S) bool, encoder self weights per layer."""
