@@ -40,14 +40,20 @@ than relu / gelu / swish, and embeddings shared between encoder and decoder but 
 ``transformers`` and ``ctranslate2`` are imported only here, when called (``pip install -e ".[hf]"``).
 """
 
+import argparse
 import copy
+import json
+import math
+import sys
+from pathlib import Path
 
 import torch
 
+from transformer.checkpoint import CheckpointError, load_for_inference
 from transformer.config import ModelConfig
 from transformer.embeddings import sinusoidal_positions
 from transformer.model import Transformer
-from transformer.tokenizer import BOS_ID, EOS_ID
+from transformer.tokenizer import BOS_ID, EOS_ID, Tokenizer
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}  # Marian's -> ours
 
@@ -252,3 +258,135 @@ def to_marian(model: Transformer, bos_id: int = BOS_ID, eos_id: int = EOS_ID):
             for name, part in zip(names, state[key].chunk(len(names))):  # qkv_proj -> q, k, v rows
                 theirs[name].copy_(part.reshape(theirs[name].shape))
     return hf_model.train(model.training)
+
+
+# -------- export: a transformers folder and a CTranslate2 model --------------------------------------
+
+
+def generation_config(model: Transformer, bos_id: int, eos_id: int):
+    """generate() defaults that decode as our greedy search: start token, never PAD or the start token,
+    no forced EOS at the limit, one limit for all sentences (see the module docstring)."""
+    start_id = model.start_id(bos_id)
+    return _transformers().GenerationConfig(
+        decoder_start_token_id=start_id,
+        bos_token_id=bos_id,
+        eos_token_id=eos_id,
+        pad_token_id=model.pad_id,
+        forced_eos_token_id=None,
+        bad_words_ids=[[token] for token in sorted({model.pad_id, start_id} - {eos_id})],
+        max_length=model.config.max_positions + 1,
+        num_beams=1,
+        do_sample=False,
+    )
+
+
+def save_marian_tokenizer(tokenizer: Tokenizer, out_dir: Path, src_lang: str, tgt_lang: str) -> None:
+    """source.spm = target.spm = our joint SentencePiece model, vocab.json = its pieces -> ids."""
+    pieces = tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
+    for name in ("source.spm", "target.spm"):
+        (out_dir / name).write_bytes(tokenizer.to_bytes())
+    (out_dir / "vocab.json").write_text(json.dumps(dict(zip(pieces, range(len(pieces)))), ensure_ascii=False))
+    special = {"unk_token": pieces[tokenizer.unk_id], "eos_token": pieces[tokenizer.eos_id]}
+    settings = {"tokenizer_class": "MarianTokenizer", "source_lang": src_lang, "target_lang": tgt_lang}
+    settings |= special | {"pad_token": pieces[tokenizer.pad_id], "separate_vocabs": False}
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(settings, indent=2, ensure_ascii=False))
+
+
+def _ct2_linear(spec, state: dict, prefix: str, rows: slice = slice(None)) -> None:
+    spec.weight = state[f"{prefix}.weight"][rows]
+    spec.bias = state[f"{prefix}.bias"][rows]
+
+
+def _ct2_norm(spec, state: dict, prefix: str) -> None:
+    spec.gamma, spec.beta = state[f"{prefix}.weight"], state[f"{prefix}.bias"]
+
+
+def _ct2_stack(spec, state: dict, stack: str, model: Transformer) -> None:
+    """Embeddings, positions (our table as it is) and every layer of one stack into its spec."""
+    c, D = model.config, model.config.d_model
+    embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    embeddings.weight = state[f"{stack}.embedding.embedding.weight"]
+    spec.scale_embeddings = math.sqrt(D) if c.scale_embeddings else 1.0
+    spec.position_encodings.encodings = getattr(model, stack).positions.table.float().cpu().numpy()  # (P, D)
+    if c.norm_first:
+        _ct2_norm(spec.layer_norm, state, f"{stack}.final_norm")
+    for i, layer in enumerate(spec.layer):
+        p = f"{stack}.layers.{i}"
+        _ct2_linear(layer.self_attention.linear[0], state, f"{p}.self_attn.qkv_proj")  # fused Q, K, V
+        _ct2_linear(layer.self_attention.linear[1], state, f"{p}.self_attn.out_proj")
+        _ct2_norm(layer.self_attention.layer_norm, state, f"{p}.self_attn_norm")
+        if stack == "decoder":
+            _ct2_linear(layer.attention.linear[0], state, f"{p}.cross_attn.qkv_proj", slice(0, D))  # Q
+            _ct2_linear(layer.attention.linear[1], state, f"{p}.cross_attn.qkv_proj", slice(D, None))  # K, V
+            _ct2_linear(layer.attention.linear[2], state, f"{p}.cross_attn.out_proj")
+            _ct2_norm(layer.attention.layer_norm, state, f"{p}.cross_attn_norm")
+        _ct2_linear(layer.ffn.linear_0, state, f"{p}.ffn.linear1")
+        _ct2_linear(layer.ffn.linear_1, state, f"{p}.ffn.linear2")
+        _ct2_norm(layer.ffn.layer_norm, state, f"{p}.ffn_norm")
+
+
+def to_ctranslate2(model: Transformer, tokenizer: Tokenizer, out_dir: str | Path) -> None:
+    """Write a CTranslate2 model built through its spec API: our norm placement, activation, position
+    table, start token and vocabulary (the SentencePiece pieces). PAD and the start token get a -inf
+    output bias, as our decoders rule them out."""
+    try:
+        from ctranslate2.specs import common_spec, transformer_spec
+    except ImportError:
+        raise MarianError('CTranslate2 export needs ctranslate2: pip install -e ".[hf]"') from None
+    c = model.config
+    activation = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH"}[c.activation]
+    spec = transformer_spec.TransformerSpec.from_config(
+        (c.n_encoder_layers, c.n_decoder_layers),
+        c.n_heads,
+        pre_norm=c.norm_first,
+        activation=getattr(common_spec.Activation, activation),
+    )
+    state = {key: tensor.detach().float().cpu().numpy() for key, tensor in model.state_dict().items()}
+    _ct2_stack(spec.encoder, state, "encoder", model)
+    _ct2_stack(spec.decoder, state, "decoder", model)
+    start_id = model.start_id(tokenizer.bos_id)
+    bias = state.get("output_proj.bias", 0.0 * state["output_proj.weight"][:, 0]).copy()  # (V,)
+    bias[sorted({model.pad_id, start_id} - {tokenizer.eos_id})] = -math.inf
+    spec.decoder.projection.weight, spec.decoder.projection.bias = state["output_proj.weight"], bias
+    pieces = tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
+    spec.register_source_vocabulary(pieces)
+    spec.register_target_vocabulary(pieces)
+    spec.config.unk_token, spec.config.eos_token = pieces[tokenizer.unk_id], pieces[tokenizer.eos_id]
+    spec.config.bos_token, spec.config.decoder_start_token = pieces[tokenizer.bos_id], pieces[start_id]
+    spec.validate()
+    spec.optimize(quantization=None)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    spec.save(str(out_dir))
+
+
+def export(checkpoint: str | Path, out_dir: str | Path, ct2_dir: str | Path | None = None) -> None:
+    """best.pt -> a folder for MarianMTModel / MarianTokenizer.from_pretrained [+ a CTranslate2 model]."""
+    model, tokenizer, config = load_for_inference(checkpoint)
+    hf_model = to_marian(model, tokenizer.bos_id, tokenizer.eos_id)
+    hf_model.generation_config = generation_config(model, tokenizer.bos_id, tokenizer.eos_id)
+    out_dir = Path(out_dir)
+    hf_model.save_pretrained(out_dir)
+    save_marian_tokenizer(tokenizer, out_dir, config.data.src_lang, config.data.tgt_lang)
+    if ct2_dir is not None:
+        to_ctranslate2(model, tokenizer, ct2_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m transformer.marian", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    export_parser = commands.add_parser("export", help="checkpoint -> transformers folder [+ CTranslate2]")
+    export_parser.add_argument("checkpoint", help="RUN_DIR/best.pt")
+    export_parser.add_argument("out_dir", help="folder for MarianMTModel / MarianTokenizer.from_pretrained")
+    export_parser.add_argument("--ct2", metavar="CT2_DIR", help="also write a CTranslate2 model here")
+    args = parser.parse_args(argv)
+    try:
+        export(args.checkpoint, args.out_dir, args.ct2)
+    except (MarianError, CheckpointError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.out_dir}" + (f" and {args.ct2}" if args.ct2 else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
