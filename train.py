@@ -4,50 +4,49 @@
                     [--resume] [--data-dir DIR]
     torchrun --nproc_per_node=N train.py ...        # data-parallel on N GPUs (NCCL) or CPU processes (gloo)
 
-The run folder gets: config.yaml (resolved), tokenizer.model, last.pt / best.pt, TensorBoard events
-(``tensorboard --logdir RUN_DIR``: scalars, sample translations, attention heatmaps) and results.json.
+The story: setup -> steps (forward + backward, optimizer step, log) with evaluate-and-save every
+``eval.every_steps`` -> stop decision -> test with best.pt -> results.json (see ``run_folder.py``).
 """
 
 import argparse
 import contextlib
-import json
-import math
-import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
-import yaml
 from tqdm import tqdm
 
+from transformer import reporting
 from transformer.checkpoint import (
     CheckpointError,
-    load_checkpoint,
+    build_model,
+    load_for_inference,
+    restore_training,
     save_checkpoint,
-    tokenizer_to_tensor,
+    training_checkpoint,
     unwrap,
 )
-from transformer.config import Config, ConfigError, DataConfig, load_config
-from transformer.corpus import Splits, encode_corpus, load_corpus
-from transformer.data import DataError, iter_batches, make_batches
+from transformer.config import Config, ConfigError, load_config
+from transformer.corpus import DataError, load_corpus
+from transformer.data import Batch, Splits, encode_corpus, iter_batches, make_batches
 from transformer.ema import EMA
-from transformer.evaluation import bleu_chrf, evaluate_loss, sentence_attention, token_loss, translate_ids
-from transformer.model import Transformer
-from transformer.optim import learning_rate, lr_scale, make_optimizer, set_lr
-from transformer.tokenizer import Tokenizer, train_tokenizer
+from transformer.evaluation import token_loss, translate_and_score
+from transformer.optim import learning_rate, lr_scale, make_optimizer, scaled_step, unscale_and_clip
+from transformer.run_folder import RunFolderError, prepare_run_dir, run_tokenizer, write_results
+from transformer.runtime import DeviceError, Runtime, setup_runtime
+from transformer.tokenizer import Tokenizer
+
+STOP_REASONS = (None, "max_steps", "max_epochs", "max_minutes")  # in the order of the stop decision
 
 
 class TrainingError(RuntimeError):
     """Training cannot go on (non-finite loss, unwritable run folder, ...); the message says why."""
 
 
-# ------------------------------------------------------------------------------------------- setup
-
-
-def parse_args(argv):
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="YAML file in configs/")
     parser.add_argument("--run-dir", default=None, help="output folder (default runs/<config name>)")
@@ -58,61 +57,6 @@ def parse_args(argv):
 
 
 @dataclass
-class Runtime:
-    device: torch.device
-    dtype: torch.dtype | None  # autocast dtype, None = fp32
-    rank: int = 0
-    world_size: int = 1
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    def autocast(self):
-        if self.dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
-
-
-def setup_runtime(config: Config) -> Runtime:
-    """Device (CUDA when present), precision, TF32, and the process group under torchrun."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    name = config.train.device
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and world_size > 1:
-        name = f"cuda:{local_rank}"
-    device = torch.device(name)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    if world_size > 1:
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    precision = config.train.precision
-    if precision == "auto":
-        precision = "bf16" if device.type == "cuda" else "fp32"
-    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    return Runtime(device, dtype, rank, world_size)
-
-
-def build_tokenizer(corpus, data: DataConfig, run_dir: Path, runtime: Runtime) -> Tokenizer:
-    """A joint SentencePiece model on both sides of the training split (rank 0), saved with the run."""
-    path = run_dir / "tokenizer.model"
-    if runtime.is_main and not path.exists():
-        pairs = corpus["train"]["translation"]
-        sentences = [p[data.src_lang] for p in pairs] + [p[data.tgt_lang] for p in pairs]
-        train_tokenizer(sentences, run_dir / "tokenizer", data.vocab_size, data.tokenizer_type)
-    if runtime.world_size > 1:
-        dist.barrier()
-    return Tokenizer(path)
-
-
-# ---------------------------------------------------------------------------------------- training
-
-
-@dataclass
 class State:
     """Where training stands; saved in every checkpoint so that --resume continues exactly."""
 
@@ -120,327 +64,223 @@ class State:
     epoch: int = 0
     batch_in_epoch: int = 0  # batches of this epoch already consumed
     best_bleu: float = -1.0
+    best_step: int = 0
     train_tokens: int = 0
     train_seconds: float = 0.0
     history: list = field(default_factory=list)
 
 
-def checkpoint_state(model, optimizer, scaler, config, tokenizer, state: State, ema: EMA | None) -> dict:
-    """``model`` holds the weights to translate with (the moving average when there is one)."""
-    model = unwrap(model)
-    checkpoint = {
-        "config": config.to_dict(),
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scaler": scaler.state_dict(),  # fp16 loss scale; empty when the scaler is off
-        "tokenizer": tokenizer_to_tensor(tokenizer),
-        "state": dict(vars(state)),
-        "rng": {"torch": torch.get_rng_state()}
-        | ({"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {}),
-    }
-    if ema is not None:
-        checkpoint["train_model"] = checkpoint["model"]
-        with ema.applied(model):
-            checkpoint["model"] = {k: v.clone() for k, v in model.state_dict().items()}
-        checkpoint["ema"] = ema.state_dict()
-    return checkpoint
+@dataclass
+class Run:
+    """What one training run holds: its settings, data, model and optimizer, its writer, and ``state``."""
+
+    config: Config
+    run_dir: Path
+    runtime: Runtime
+    tokenizer: Tokenizer
+    splits: Splits
+    model: torch.nn.Module  # wrapped in DistributedDataParallel under torchrun
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler  # fp16 loss scaling; a no-op otherwise
+    ema: EMA | None
+    state: State
+    writer: object = None  # a SummaryWriter on rank 0
+    started: float = 0.0  # time.perf_counter() at which training (as resumed) began
 
 
-def restore(path: Path, model, optimizer, scaler, config: Config, ema: EMA | None) -> State:
-    ckpt = load_checkpoint(path)
-    saved, now = ckpt["config"], config.to_dict()
-    # what decides the weights' shapes and the order of the batches must not change on resume
-    changed = [f"model.{k}" for k in now["model"] if saved["model"].get(k) != now["model"][k]]
-    changed += [
-        f"data.{k}" for k in now["data"] if k != "data_dir" and saved["data"].get(k) != now["data"][k]
-    ]
-    changed += ["train.seed"] if saved["train"].get("seed") != now["train"]["seed"] else []
-    if changed:
-        raise CheckpointError(f"{path} was trained with other values of {', '.join(changed)}; cannot resume")
-    unwrap(model).load_state_dict(ckpt.get("train_model", ckpt["model"]))
-    optimizer.load_state_dict(ckpt["optimizer"])
-    if ckpt.get("scaler"):
-        scaler.load_state_dict(ckpt["scaler"])
-    if ema is not None:
-        if "ema" not in ckpt:
-            raise CheckpointError(f"{path} has no moving average; cannot resume with train.ema_decay > 0")
-        ema.load_state_dict(ckpt["ema"])
-    torch.set_rng_state(ckpt["rng"]["torch"])
-    if "cuda" in ckpt["rng"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
-    return State(**ckpt["state"])
-
-
-def validate(model, splits: Splits, tokenizer, config: Config, runtime: Runtime, writer, state: State):
-    """Validation loss + greedy BLEU; samples and attention heatmaps to TensorBoard; returns the BLEU."""
-    model = unwrap(model)
-    src_ids, tgt_ids = splits.valid
-    batches = make_batches(
-        [len(s) for s in src_ids], [len(t) for t in tgt_ids], config.eval.max_tokens, False
-    )
-    ids = (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
-    loss = evaluate_loss(
-        model, iter_batches(src_ids, tgt_ids, batches, *ids), runtime.device, runtime.autocast
-    )
-    hyp_ids = translate_ids(
-        model, src_ids, tokenizer, runtime.device, runtime.autocast, config.eval.max_tokens,
-        max_len_offset=config.eval.max_len_offset, progress="validate",
-    )  # fmt: skip
-    hyps = tokenizer.decode_batch(hyp_ids)
-    scores = bleu_chrf(hyps, splits.valid_refs)
-    entry = {"step": state.step, "epoch": state.epoch, "val_loss": loss["loss"], "val_ppl": loss["ppl"]}
-    entry |= {"val_bleu": scores["bleu"], "val_chrf": scores["chrf"]}
-    state.history.append(entry)
-    if writer is not None:
-        for key in ("loss", "ppl", "bleu", "chrf"):
-            writer.add_scalar(f"val/{key}", entry[f"val_{key}"], state.step)
-        samples = [
-            f"**src** {tokenizer.decode(src_ids[i])}  \n**ref** {splits.valid_refs[i]}  \n**hyp** {hyps[i]}"
-            for i in range(min(config.eval.n_sample_translations, len(hyps)))
-        ]
-        writer.add_text("val/translations", "\n\n".join(samples), state.step)
-        log_alignments(model, src_ids, hyp_ids, tokenizer, config, runtime, writer, state.step)
-    return entry
-
-
-def log_alignments(model, src_ids, hyp_ids, tokenizer, config, runtime, writer, step) -> None:
-    """Cross-attention (and self-attention) heatmaps of a few fixed validation sentences."""
-    from transformer.plotting import alignment_figures, figure_to_array
-
-    for n in range(min(config.eval.n_alignment_sentences, len(src_ids))):
-        with runtime.autocast():
-            attention, src_labels, tgt_labels, in_labels = sentence_attention(
-                model, tokenizer, src_ids[n], hyp_ids[n], config.eval.max_len_offset
-            )
-        figures = alignment_figures([w[0] for w in attention.cross], src_labels, tgt_labels, "cross")
-        figures |= alignment_figures(
-            [w[0] for w in attention.encoder_self], src_labels, src_labels, "encoder_self", heads=False
-        )
-        figures |= alignment_figures(
-            [w[0] for w in attention.decoder_self], in_labels, in_labels, "decoder_self", heads=False
-        )
-        for tag, fig in figures.items():
-            writer.add_image(f"sentence_{n}/{tag}", figure_to_array(fig), step, dataformats="HWC")
-
-
-def train(config: Config, run_dir: Path, resume: bool = False) -> dict:
-    runtime = setup_runtime(config)
+# ------------------------------------------------------------------------------------------- setup
+def setup(config: Config, run_dir: Path, resume: bool) -> Run:
+    runtime = setup_runtime(config.train.device, config.train.precision)
     corpus = load_corpus(config.data)  # before the run folder: bad data leaves nothing behind
-    if runtime.is_main:
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-        except OSError as error:
-            raise TrainingError(f"cannot write to run folder {run_dir}: {error.strerror}") from None
+    prepare_run_dir(config, run_dir, runtime)
     torch.manual_seed(config.train.seed)
-    tokenizer = build_tokenizer(corpus, config.data, run_dir, runtime)
+    tokenizer = run_tokenizer(run_dir, corpus["train"], config, runtime)
     splits = encode_corpus(corpus, tokenizer, config.data)
-    model = Transformer(config.model, tokenizer.vocab_size, tokenizer.vocab_size, tokenizer.pad_id)
-    model.to(runtime.device)
-    optimizer = make_optimizer(model, config.train)
-    ema = EMA(model, config.train.ema_decay) if config.train.ema_decay > 0 else None
-    scaler = torch.amp.GradScaler(runtime.device.type, enabled=runtime.dtype == torch.float16)
-    state = restore(run_dir / "last.pt", model, optimizer, scaler, config, ema) if resume else State()
-    if runtime.world_size > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model)
-    train_model = torch.compile(model, dynamic=True) if config.train.compile else model
-
-    writer = None
-    if runtime.is_main:
-        from torch.utils.tensorboard import SummaryWriter
-
-        writer = SummaryWriter(str(run_dir))
-        writer.add_text("config", "```\n" + yaml.safe_dump(config.to_dict(), sort_keys=False) + "\n```", 0)
-    n_params = sum(p.numel() for p in unwrap(model).parameters())
-    if runtime.is_main:
-        print(
-            f"{n_params / 1e6:.2f}M parameters on {runtime.device} ({runtime.dtype or 'fp32'}), "
-            f"{len(splits.train_indices)} training pairs, vocabulary {tokenizer.vocab_size}",
-            flush=True,
+    model = build_model(config.model, tokenizer).to(runtime.device)
+    run = Run(
+        config, run_dir, runtime, tokenizer, splits, model,
+        optimizer=make_optimizer(model, config.train),
+        scaler=torch.amp.GradScaler(runtime.device.type, enabled=runtime.dtype == torch.float16),
+        ema=EMA(model, config.train.ema_decay) if config.train.ema_decay > 0 else None,
+        state=State(),
+    )  # fmt: skip
+    if resume:
+        run.state = State(
+            **restore_training(run_dir / "last.pt", model, run.optimizer, run.scaler, run.ema, config)
         )
+    run.started = time.perf_counter() - run.state.train_seconds
+    if runtime.world_size > 1:
+        run.model = torch.nn.parallel.DistributedDataParallel(model)
+    if runtime.is_main:
+        run.writer = reporting.open_writer(run_dir, config)
+        print(reporting.setup_line(model, runtime, len(splits.train_indices), tokenizer.vocab_size))
+    return run
 
-    tc, scale = config.train, lr_scale(config.train, config.model.d_model)
-    src_lengths = [len(s) for s in splits.train[0]]
-    tgt_lengths = [len(t) for t in splits.train[1]]
-    ids = (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
-    budget = tc.max_minutes * 60.0 if tc.max_minutes > 0 else math.inf
-    started = time.perf_counter() - state.train_seconds
+
+def save(run: Run, name: str) -> None:
+    """RUN_DIR/name on rank 0 (see ``training_checkpoint``)."""
+    run.state.train_seconds = time.perf_counter() - run.started
+    if run.runtime.is_main:
+        parts = run.model, run.optimizer, run.scaler, run.ema, run.config, run.tokenizer
+        save_checkpoint(training_checkpoint(*parts, dict(vars(run.state))), run.run_dir / name)
+
+
+# -------------------------------------------------------------------------------------- one step
+def epoch_batches(run: Run) -> Iterator[Batch]:
+    """This rank's batches of the current epoch, from where the state says the epoch stands."""
+    state, src_ids, tgt_ids = run.state, *run.splits.train
+    batches = make_batches(
+        [len(s) for s in src_ids], [len(t) for t in tgt_ids], run.config.data.max_tokens, True,
+        run.config.train.seed, state.epoch, run.runtime.rank, run.runtime.world_size,
+        indices=run.splits.train_indices,
+    )  # fmt: skip
+    yield from iter_batches(src_ids, tgt_ids, batches[state.batch_in_epoch :], *run.tokenizer.pad_bos_eos)
+
+
+def forward_backward(run: Run, train_model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    """Loss per target token of one (micro-)batch, label smoothing inside (§5.4); gradients accumulate."""
+    train_model.train()
+    batch = batch.to(run.runtime.device)
+    with run.runtime.autocast():
+        logits = train_model(batch.src, batch.tgt_in)  # (B, T, V)
+    tc = run.config.train
+    loss = token_loss(logits, batch.tgt_out, run.tokenizer.pad_id, tc.label_smoothing) / batch.n_tgt_tokens
+    run.scaler.scale(loss / tc.accum_steps).backward()
+    run.state.batch_in_epoch += 1
+    run.state.train_tokens += batch.n_tgt_tokens
+    return loss
+
+
+def optimizer_step(run: Run, loss: torch.Tensor) -> tuple[float, torch.Tensor] | None:
+    """Clip, check, update at the §5.3 learning rate. Returns (lr, grad norm), or None if skipped."""
+    tc, state, d_model = run.config.train, run.state, run.config.model.d_model
+    grad_norm = unscale_and_clip(run.model, run.optimizer, run.scaler, tc.clip_grad_norm)
+    # in fp16 an overflowing gradient is routine: the scaler skips that update and lowers its scale
+    if not (torch.isfinite(loss) and (run.scaler.is_enabled() or torch.isfinite(grad_norm))):
+        run.optimizer.zero_grad(set_to_none=True)
+        if tc.nonfinite_loss == "stop":
+            last = run.run_dir / "last.pt"
+            kept = (
+                f"stopped: the last good checkpoint is {last}"
+                if last.exists()
+                else "stopped: no checkpoint yet"
+            )
+            raise TrainingError(
+                f"non-finite loss ({loss.item()}) or gradient norm at step {state.step + 1}; {kept}"
+            )
+        print(f"skipping step {state.step + 1}: non-finite loss or gradient", file=sys.stderr)
+        run.scaler.update()
+        return None
+    lr = learning_rate(state.step + 1, d_model, tc.warmup_steps, lr_scale(tc, d_model))
+    if not scaled_step(run.optimizer, run.scaler, lr):
+        return None  # fp16 overflow: the scaler skipped this update
+    state.step += 1
+    if run.ema is not None:
+        run.ema.update(unwrap(run.model))
+    return lr, grad_norm
+
+
+def stop_reason(run: Run) -> str | None:
+    """Why training should stop now, if it should: the same answer on every rank."""
+    tc, state = run.config.train, run.state
+    reason = None
+    if tc.max_steps and state.step >= tc.max_steps:
+        reason = "max_steps"
+    elif tc.max_epochs and state.epoch >= tc.max_epochs:
+        reason = "max_epochs"
+    elif tc.max_minutes > 0 and time.perf_counter() - run.started >= tc.max_minutes * 60.0:
+        reason = "max_minutes"
+    # clocks differ between processes: the first rank to stop decides
+    return STOP_REASONS[run.runtime.max_over_ranks(STOP_REASONS.index(reason))]
+
+
+# ------------------------------------------------------------------------------------- evaluation
+def evaluate_and_save(run: Run) -> None:
+    """Validation loss and greedy BLEU (with the moving average, if any) on rank 0, logged; best.pt when
+    the BLEU improves; last.pt always."""
+    state, rt = run.state, run.runtime
+    if rt.is_main:
+        model = unwrap(run.model)
+        with run.ema.applied(model) if run.ema is not None else contextlib.nullcontext():
+            args = (run.splits, run.tokenizer, run.config.eval, rt, run.writer, state.step, state.epoch)
+            entry = reporting.validate(model, *args)
+        state.history.append(entry)
+        if entry["val_bleu"] > state.best_bleu:
+            state.best_bleu, state.best_step = entry["val_bleu"], entry["step"]
+            save(run, "best.pt")
+    save(run, "last.pt")
+
+
+# -------------------------------------------------------------------------------------- the loop
+def train_loop(run: Run) -> str:
+    """Optimisation steps, with evaluate-and-save on schedule, until a stop rule fires; returns which."""
+    tc, state, is_main = run.config.train, run.state, run.runtime.is_main
+    train_model = torch.compile(run.model, dynamic=True) if tc.compile else run.model
     progress = tqdm(
-        desc="train", initial=state.step, total=tc.max_steps or None, disable=not runtime.is_main,
+        desc="train", initial=state.step, total=tc.max_steps or None, disable=not is_main,
         mininterval=1.0 if sys.stderr.isatty() else 30.0, dynamic_ncols=True,
     )  # fmt: skip
-    window_tokens, window_start, micro = 0, time.perf_counter(), 0
-    reasons = (None, "max_steps", "max_epochs", "max_minutes")
-
-    def stop_reason_now() -> str | None:
-        """Why training should stop now, if it should: the same answer on every rank."""
-        reason = None
-        if tc.max_steps and state.step >= tc.max_steps:
-            reason = "max_steps"
-        elif tc.max_epochs and state.epoch >= tc.max_epochs:
-            reason = "max_epochs"
-        elif time.perf_counter() - started >= budget:
-            reason = "max_minutes"
-        if runtime.world_size > 1:  # clocks differ between processes: the first rank to stop decides
-            code = torch.tensor([reasons.index(reason)], device=runtime.device)
-            dist.all_reduce(code, op=dist.ReduceOp.MAX)
-            reason = reasons[int(code.item())]
-        return reason
-
-    def save(name: str) -> None:
-        state.train_seconds = time.perf_counter() - started
-        if runtime.is_main:
-            state_dict = checkpoint_state(model, optimizer, scaler, config, tokenizer, state, ema)
-            save_checkpoint(state_dict, run_dir / name)
-
-    stop_reason = stop_reason_now()
-    while stop_reason is None:
-        batches = make_batches(
-            src_lengths, tgt_lengths, config.data.max_tokens, True, tc.seed, state.epoch,
-            runtime.rank, runtime.world_size, indices=splits.train_indices,
-        )  # fmt: skip
-        for batch in iter_batches(*splits.train, batches[state.batch_in_epoch :], *ids):
-            train_model.train()
-            batch = batch.to(runtime.device)
-            with runtime.autocast():
-                logits = train_model(batch.src, batch.tgt_in)  # (B, T, V)
-            loss_sum = token_loss(logits, batch.tgt_out, tokenizer.pad_id, tc.label_smoothing)
-            loss = loss_sum / batch.n_tgt_tokens  # per target token (§5.4 label smoothing inside)
-            scaler.scale(loss / tc.accum_steps).backward()
-            state.batch_in_epoch += 1
-            state.train_tokens += batch.n_tgt_tokens
-            window_tokens += batch.n_tgt_tokens
-            micro += 1
-            if micro % tc.accum_steps:
-                continue
-            scaler.unscale_(optimizer)
-            max_norm = tc.clip_grad_norm if tc.clip_grad_norm > 0 else math.inf
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-            # in fp16 an overflowing gradient is routine: the scaler skips that update and lowers its scale
-            grads_ok = scaler.is_enabled() or torch.isfinite(grad_norm)
-            if not (torch.isfinite(loss) and grads_ok):
-                optimizer.zero_grad(set_to_none=True)
-                if tc.nonfinite_loss == "stop":
-                    last = run_dir / "last.pt"
-                    kept = f"the last good checkpoint is {last}" if last.exists() else "no checkpoint yet"
-                    raise TrainingError(
-                        f"non-finite loss ({loss.item()}) or gradient norm at step {state.step + 1}; "
-                        f"stopped: {kept}"
-                    )
-                print(f"skipping step {state.step + 1}: non-finite loss or gradient", file=sys.stderr)
-                scaler.update()
-                continue
-            lr = learning_rate(state.step + 1, config.model.d_model, tc.warmup_steps, scale)
-            set_lr(optimizer, lr)
-            loss_scale = scaler.get_scale()
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            if scaler.get_scale() < loss_scale:  # fp16 overflow: the scaler skipped this update
-                continue
-            state.step += 1
-            if ema is not None:
-                ema.update(unwrap(model))
+    window_tokens, window_start, micro = 0, time.perf_counter(), 0  # for tokens/s; micro-batches so far
+    reason = stop_reason(run)
+    while reason is None:
+        for batch in epoch_batches(run):
+            loss = forward_backward(run, train_model, batch)
+            window_tokens, micro = window_tokens + batch.n_tgt_tokens, micro + 1
+            if micro % tc.accum_steps or (update := optimizer_step(run, loss)) is None:
+                continue  # accumulating, or the update was skipped
             progress.update(1)
-            if state.step % tc.log_every == 0 and runtime.is_main:
-                tokens_per_s = window_tokens * runtime.world_size / (time.perf_counter() - window_start)
+            if state.step % tc.log_every == 0 and is_main:
+                tokens_per_s = window_tokens * run.runtime.world_size / (time.perf_counter() - window_start)
+                reporting.log_train_step(run.writer, progress, state.step, loss, *update, tokens_per_s)
                 window_tokens, window_start = 0, time.perf_counter()
-                progress.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:.0f}")
-                for tag, value in (("loss", loss.item()), ("lr", lr), ("tokens_per_s", tokens_per_s)):
-                    writer.add_scalar(f"train/{tag}", value, state.step)
-                writer.add_scalar("train/grad_norm", grad_norm.item(), state.step)
             if tc.checkpoint_every and state.step % tc.checkpoint_every == 0:
-                save("last.pt")
-            if config.eval.every_steps and state.step % config.eval.every_steps == 0:
-                evaluate_and_save(model, splits, tokenizer, config, runtime, writer, state, save, ema)
-            if (stop_reason := stop_reason_now()) is not None:
+                save(run, "last.pt")
+            if run.config.eval.every_steps and state.step % run.config.eval.every_steps == 0:
+                evaluate_and_save(run)
+            if (reason := stop_reason(run)) is not None:
                 break
         else:
             state.epoch, state.batch_in_epoch = state.epoch + 1, 0
-            stop_reason = stop_reason_now()
+            reason = stop_reason(run)
     progress.close()
-
     if not state.history or state.history[-1]["step"] != state.step:
-        evaluate_and_save(model, splits, tokenizer, config, runtime, writer, state, save, ema)
+        evaluate_and_save(run)
     else:
-        save("last.pt")
-    results = None
-    if runtime.is_main:
-        results = final_test(run_dir, splits, tokenizer, config, runtime, state, stop_reason, n_params)
-        writer.add_scalar("test/bleu", results["test_bleu"], state.step)
-        hparams = {
-            f"{section}.{k}": v for section, values in config.to_dict().items() for k, v in values.items()
-        }
-        hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in hparams.items()}
-        metrics = {"hparam/test_bleu": results["test_bleu"], "hparam/best_val_bleu": results["best_val_bleu"]}
-        writer.add_hparams(hparams, metrics, run_name="hparams")
-        writer.close()
-    if runtime.world_size > 1:
-        dist.barrier()
-        dist.destroy_process_group()
-    return results
+        save(run, "last.pt")
+    return reason
 
 
-def evaluate_and_save(model, splits, tokenizer, config, runtime, writer, state: State, save, ema) -> None:
-    if runtime.is_main:
-        t0 = time.perf_counter()
-        with ema.applied(unwrap(model)) if ema is not None else contextlib.nullcontext():
-            entry = validate(model, splits, tokenizer, config, runtime, writer, state)
-        print(
-            f"step {entry['step']} epoch {entry['epoch']}: val loss {entry['val_loss']:.3f} "
-            f"ppl {entry['val_ppl']:.2f} BLEU {entry['val_bleu']:.2f} chrF {entry['val_chrf']:.2f} "
-            f"({time.perf_counter() - t0:.1f}s)",
-            flush=True,
-        )
-        if entry["val_bleu"] > state.best_bleu:
-            state.best_bleu = entry["val_bleu"]
-            save("best.pt")
-    save("last.pt")
-
-
-def final_test(run_dir, splits, tokenizer, config, runtime, state: State, stop_reason, n_params) -> dict:
-    """Decode the test set with the best checkpoint; write and return results.json."""
-    best = load_checkpoint(run_dir / "best.pt", map_location=runtime.device)
-    model = Transformer(config.model, tokenizer.vocab_size, tokenizer.vocab_size, tokenizer.pad_id)
-    model.load_state_dict(best["model"])
-    model.to(runtime.device)
+def final_test(run: Run, stop_reason: str) -> dict:
+    """Decode the test set with best.pt; write and return results.json (rank 0)."""
+    rt, config, (src_ids, _), refs = run.runtime, run.config, run.splits.test, run.splits.test_refs
+    model, tokenizer, _ = load_for_inference(run.run_dir / "best.pt", rt.device)
     t0 = time.perf_counter()
-    hyp_ids = translate_ids(
-        model, splits.test[0], tokenizer, runtime.device, runtime.autocast, config.eval.max_tokens,
-        config.eval.beam_size, config.eval.length_penalty, config.eval.max_len_offset, progress="test",
-    )  # fmt: skip
-    hyps = tokenizer.decode_batch(hyp_ids)
-    (run_dir / "test_hypotheses.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    scores = bleu_chrf(hyps, splits.test_refs)
-    results = {
-        "test_bleu": scores["bleu"],
-        "test_chrf": scores["chrf"],
-        "signature": scores["signature"],
-        "decoding": "greedy" if config.eval.beam_size == 1 else f"beam {config.eval.beam_size}",
-        "best_val_bleu": state.best_bleu,
-        "best_step": best["state"]["step"],
-        "steps": state.step,
-        "epochs_completed": state.epoch,
-        "batches_into_last_epoch": state.batch_in_epoch,
-        "stopped_by": stop_reason,
-        "train_minutes": state.train_seconds / 60.0,
-        "train_tokens": state.train_tokens,
-        "train_tokens_per_s": state.train_tokens * runtime.world_size / max(state.train_seconds, 1e-9),
-        "test_decode_seconds": time.perf_counter() - t0,
-        "parameters": n_params,
-        "device": str(runtime.device),
-        "validation": state.history,
-    }
-    (run_dir / "results.json").write_text(json.dumps(results, indent=2))
-    print(
-        f"test BLEU {results['test_bleu']:.2f} chrF {results['test_chrf']:.2f} ({results['decoding']}, "
-        f"best step {results['best_step']})\n{results['signature']}",
-        flush=True,
+    _, hyps, scores = translate_and_score(
+        model, src_ids, refs, tokenizer, rt.device, rt.autocast, config.eval, "test"
     )
+    seconds, params = time.perf_counter() - t0, sum(p.numel() for p in model.parameters())
+    results = reporting.run_results(
+        scores, config, run.state, stop_reason, rt.world_size,
+        test_decode_seconds=seconds, parameters=params, device=str(rt.device),
+    )  # fmt: skip
+    write_results(run.run_dir, results, hyps)
+    print(reporting.test_line(results), flush=True)
+    reporting.log_test(run.writer, config, results, run.state.step)
     return results
 
 
-def main(argv=None) -> int:
+def train(config: Config, run_dir: Path, resume: bool = False) -> dict | None:
+    """The whole job; returns results.json's contents (on rank 0)."""
+    run = setup(config, run_dir, resume)
+    reason = train_loop(run)
+    results = final_test(run, reason) if run.runtime.is_main else None
+    if run.writer is not None:
+        run.writer.close()
+    run.runtime.close()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         overrides = list(args.set) + ([f"data.data_dir={args.data_dir}"] if args.data_dir else [])
@@ -449,7 +289,7 @@ def main(argv=None) -> int:
         if args.resume and not (run_dir / "last.pt").is_file():
             raise TrainingError(f"--resume: no checkpoint {run_dir / 'last.pt'} to resume from")
         train(config, run_dir, resume=args.resume)
-    except (ConfigError, DataError, CheckpointError, TrainingError) as error:
+    except (ConfigError, DataError, CheckpointError, TrainingError, DeviceError, RunFolderError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

@@ -11,13 +11,17 @@ Everything needed (model, tokenizer, config) comes from the checkpoint. Decoding
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 from pathlib import Path
 
 import torch
 
 from transformer.checkpoint import CheckpointError, load_for_inference
+from transformer.corpus import split_lines
 from transformer.evaluation import bleu_chrf, sentence_attention, translate_ids
+from transformer.plotting import add_attention_figures
+from transformer.runtime import DeviceError, resolve_device
 
 EPILOG = """\
 stdout holds the translations only, exactly one line per input line, in input order; warnings,
@@ -57,7 +61,7 @@ def parse_args(argv):
         help="beam size; 1 = greedy (default: the checkpoint's eval.beam_size, normally 1; the paper: 4)",
     )  # fmt: skip
     parser.add_argument(
-        "--alpha", type=float, default=None, metavar="A",
+        "--length-penalty", type=float, default=None, metavar="A",
         help="beam search length penalty α (default: the checkpoint's eval.length_penalty, normally 0.6)",
     )  # fmt: skip
     parser.add_argument(
@@ -79,8 +83,8 @@ def parse_args(argv):
         parser.error("give SENTENCEs or --input, not both")
     if args.beam is not None and args.beam < 1:
         parser.error(f"--beam must be >= 1, got {args.beam}")
-    if args.alpha is not None and args.alpha < 0:
-        parser.error(f"--alpha must be >= 0, got {args.alpha}")
+    if args.length_penalty is not None and args.length_penalty < 0:
+        parser.error(f"--length-penalty must be >= 0, got {args.length_penalty}")
     if args.max_tokens is not None and args.max_tokens < 1:
         parser.error(f"--max-tokens must be >= 1, got {args.max_tokens}")
     return args
@@ -89,31 +93,15 @@ def parse_args(argv):
 # ------------------------------------------------------------------------------------------- input
 
 
-def split_lines(data: bytes, name: str) -> list[str]:
-    """Bytes -> lines, split on "\\n" only (a trailing "\\r" is dropped); invalid UTF-8 is replaced."""
-    lines = data.split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()  # the newline that ends the last line does not start another one
-    texts = []
-    for n, line in enumerate(lines, start=1):
-        line = line.removesuffix(b"\r")
-        try:
-            texts.append(line.decode("utf-8"))
-        except UnicodeDecodeError as error:
-            warn(f"{name} line {n}: invalid UTF-8 ({error.reason}); undecodable bytes replaced by U+FFFD")
-            texts.append(line.decode("utf-8", errors="replace"))
-    return texts
-
-
 def read_text(path: str | None, what: str) -> tuple[list[str], str]:
     """The lines of a file, or of stdin for None / '-'; and the name to use in messages."""
     if path is None or path == "-":
-        return split_lines(sys.stdin.buffer.read(), "<stdin>"), "<stdin>"
+        return split_lines(sys.stdin.buffer.read(), "<stdin>", warn), "<stdin>"
     try:
         data = Path(path).read_bytes()
     except OSError as error:
         raise InputError(f"cannot read {what} {path}: {error.strerror}") from None
-    return split_lines(data, path), path
+    return split_lines(data, path, warn), path
 
 
 def argument_lines(sentences: list[str]) -> list[str]:
@@ -157,19 +145,12 @@ def write_attention(model, tokenizer, sources, hyp_ids, max_len_offset: int, out
     """Cross-attention heatmaps of every translated line: PNG files and TensorBoard images."""
     from torch.utils.tensorboard import SummaryWriter
 
-    from transformer.plotting import alignment_figures, figure_to_array
-
     writer = SummaryWriter(str(out_dir))
     for n, (src_ids, hyp) in enumerate(zip(sources, hyp_ids), start=1):
         if src_ids is None:
             continue
-        attention, src_labels, tgt_labels, _ = sentence_attention(
-            model, tokenizer, src_ids, hyp, max_len_offset
-        )
-        figures = alignment_figures([w[0] for w in attention.cross], src_labels, tgt_labels, "cross")
-        for tag, fig in figures.items():
-            fig.savefig(out_dir / f"line_{n:05d}_{tag.replace('/', '_')}.png")
-            writer.add_image(f"line_{n:05d}/{tag}", figure_to_array(fig), 0, dataformats="HWC")  # closes it
+        attention, *labels = sentence_attention(model, tokenizer, src_ids, hyp, max_len_offset)
+        add_attention_figures(writer, f"line_{n:05d}", attention, labels, 0, png_dir=out_dir)
         writer.add_text(
             f"line_{n:05d}/text", f"**src** {tokenizer.decode(src_ids)}  \n**hyp** {tokenizer.decode(hyp)}", 0
         )
@@ -192,18 +173,6 @@ def write_lines(lines: list[str], path: str | None) -> None:
         raise InputError(f"cannot write --output {path}: {error.strerror}") from None
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise InputError(f"--device {name}: not a device name (auto, cpu, cuda, cuda:1, ...)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise InputError(f"--device {name}: CUDA is not available here")
-    return device
-
-
 # -------------------------------------------------------------------------------------------- main
 
 
@@ -218,7 +187,10 @@ def translate(args) -> None:
     stdin_users = [args.input in (None, "-") and not args.sentences, args.reference == "-"]
     if all(stdin_users):
         raise InputError("the input and --reference cannot both come from stdin")
-    device = resolve_device(args.device)
+    try:
+        device = resolve_device(args.device)
+    except DeviceError as error:
+        raise InputError(f"--{error}") from None
     model, tokenizer, config = load_for_inference(args.checkpoint, device)  # before waiting for input
     offset = config.eval.max_len_offset
     limit = config.model.max_positions - offset - 1  # source tokens; + EOS + offset output tokens fit
@@ -241,12 +213,11 @@ def translate(args) -> None:
             )
     sources = encode_lines(lines, tokenizer, limit, where)
     todo = [i for i, ids in enumerate(sources) if ids is not None]
-    beam = args.beam if args.beam is not None else config.eval.beam_size
+    given = {"beam_size": args.beam, "length_penalty": args.length_penalty, "max_tokens": args.max_tokens}
+    settings = dataclasses.replace(config.eval, **{k: v for k, v in given.items() if v is not None})
     hyps_todo = translate_ids(
-        model, [sources[i] for i in todo], tokenizer, device, contextlib.nullcontext,
-        args.max_tokens or config.eval.max_tokens, beam,
-        args.alpha if args.alpha is not None else config.eval.length_penalty, offset,
-    )  # fmt: skip
+        model, [sources[i] for i in todo], tokenizer, device, contextlib.nullcontext, settings
+    )
     hyp_ids: list[list[int]] = [[] for _ in lines]
     for i, hyp in zip(todo, hyps_todo):
         hyp_ids[i] = hyp

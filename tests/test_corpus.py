@@ -9,7 +9,7 @@ from conftest import ROOT
 import train
 from transformer.config import DataConfig
 from transformer.corpus import load_corpus
-from transformer.data import DataError
+from transformer.corpus import DataError
 
 PAIRS = [
     ("Ein Hund läuft.", "A dog runs."),
@@ -32,7 +32,7 @@ def test_text_corpus_loads_every_split(tmp_path):
     write_text_corpus(tmp_path / "toy")
     corpus = load_corpus(DataConfig(dataset="text", text_prefix=str(tmp_path / "toy")))
     assert {k: len(v) for k, v in corpus.items()} == {"train": 60, "validation": 6, "test": 5}
-    assert corpus["validation"][1]["translation"] == {"de": PAIRS[1][0], "en": PAIRS[1][1]}
+    assert (corpus["validation"].src[1], corpus["validation"].tgt[1]) == PAIRS[1]
 
 
 def test_text_corpus_errors_name_the_file_or_key(tmp_path):

@@ -5,25 +5,28 @@ import shutil
 from itertools import accumulate
 from pathlib import Path
 
-import datasets
+import json
+
 import pytest
 import torch
-from datasets import Dataset, DatasetDict, Features, Translation, Value
 
-from transformer import data
+from transformer import corpus
+from transformer.corpus import (
+    Corpus,
+    DataError,
+    load_hub_dataset,
+    load_multi30k,
+    load_parallel_text,
+    read_lines,
+    read_parallel,
+)
 from transformer.data import (
     Batch,
-    DataError,
     collate,
     encode_split,
     filter_by_length,
     iter_batches,
-    load_hub_dataset,
-    load_multi30k,
-    load_parallel_text,
     make_batches,
-    read_lines,
-    read_parallel,
     restore_order,
 )
 from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
@@ -32,14 +35,14 @@ from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 
 
 @pytest.fixture(scope="session")
-def de_en(multi30k_dir) -> DatasetDict:
+def de_en(multi30k_dir) -> Corpus:
     return load_multi30k("de", "en", data_dir=multi30k_dir)
 
 
 @pytest.fixture(scope="session")
 def tokenizer(de_en, tmp_path_factory):
-    pairs = de_en["train"][:3000]["translation"]
-    sentences = [pair[lang] for pair in pairs for lang in ("de", "en")]
+    train = de_en["train"].head(3000)
+    sentences = [sentence for pair in zip(train.src, train.tgt) for sentence in pair]
     return train_tokenizer(sentences, tmp_path_factory.mktemp("spm") / "de_en", vocab_size=1000)
 
 
@@ -74,19 +77,20 @@ def test_multi30k_de_en(de_en, multi30k_dir):
         "validation": 1014,
         "test": 1000,
     }
-    first = de_en["train"][0]["translation"]
-    assert first == {
-        "de": read_lines(multi30k_dir / "train.de.gz")[0],
-        "en": read_lines(multi30k_dir / "train.en.gz")[0],
-    }
-    assert first["de"].startswith("Zwei junge weiße Männer")
+    train = de_en["train"]
+    assert (train.src[0], train.tgt[0]) == (
+        read_lines(multi30k_dir / "train.de.gz")[0],
+        read_lines(multi30k_dir / "train.en.gz")[0],
+    )
+    assert train.src[0].startswith("Zwei junge weiße Männer")
 
 
 def test_multi30k_other_direction_from_env(multi30k_dir, monkeypatch):
     monkeypatch.setenv("MULTI30K_DIR", str(multi30k_dir))
     fr_cs = load_multi30k("fr", "cs")
     assert [len(ds) for ds in fr_cs.values()] == [29000, 1014, 1000]
-    assert set(fr_cs["test"][5]["translation"]) == {"fr", "cs"}
+    assert fr_cs["test"].src[5] == read_lines(multi30k_dir / "test_2016_flickr.fr.gz")[5]
+    assert fr_cs["test"].tgt[5] == read_lines(multi30k_dir / "test_2016_flickr.cs.gz")[5]
 
 
 @pytest.mark.parametrize(
@@ -126,7 +130,7 @@ def test_multi30k_missing_file(multi30k_dir, tmp_path):
 def test_multi30k_download(multi30k_dir, tmp_path, monkeypatch):
     """The download path, served from the local mirror through a file:// URL."""
     monkeypatch.delenv("MULTI30K_DIR", raising=False)
-    monkeypatch.setattr(data, "MULTI30K_URL", multi30k_dir.resolve().as_uri() + "/")
+    monkeypatch.setattr(corpus, "MULTI30K_URL", multi30k_dir.resolve().as_uri() + "/")
     cache = tmp_path / "cache"
     loaded = load_multi30k("en", "fr", cache_dir=cache)
     assert [len(ds) for ds in loaded.values()] == [29000, 1014, 1000]
@@ -140,7 +144,7 @@ def test_multi30k_download_checksum_mismatch(multi30k_dir, tmp_path, monkeypatch
     (server / "train.de.gz").chmod(0o644)
     (server / "train.de.gz").write_bytes(b"not the real file")
     monkeypatch.delenv("MULTI30K_DIR", raising=False)
-    monkeypatch.setattr(data, "MULTI30K_URL", server.as_uri() + "/")
+    monkeypatch.setattr(corpus, "MULTI30K_URL", server.as_uri() + "/")
     cache = tmp_path / "cache"
     with pytest.raises(DataError, match=r"train\.de\.gz: SHA-256 mismatch, expected 726e39\w+"):
         load_multi30k("de", "en", cache_dir=cache)
@@ -211,60 +215,51 @@ def test_load_parallel_text(tmp_path):
         {
             "train": (tmp_path / "train.de", tmp_path / "train.en.gz"),
             "dev": (str(tmp_path / "dev.de"), str(tmp_path / "dev.en")),
-        },
-        src_lang="de",
-        tgt_lang="en",
+        }
     )
     assert list(loaded) == ["train", "validation"]
-    assert loaded["train"]["translation"][1] == {"de": "Zwei Katzen.", "en": "Two cats."}
-    assert loaded["validation"][0]["translation"]["de"] == "Ein Mädchen läuft über die Straße."
+    assert (loaded["train"].src[1], loaded["train"].tgt[1]) == ("Zwei Katzen.", "Two cats.")
+    assert loaded["validation"].src[0] == "Ein Mädchen läuft über die Straße."
 
 
-def fake_hub_dataset() -> DatasetDict:
-    features = Features({"id": Value("string"), "translation": Translation(languages=["de", "en"])})
-
-    def split(n):
-        rows = {"id": [str(i) for i in range(n)]}
-        rows["translation"] = [{"de": f"Satz {i}.", "en": f"Sentence {i}."} for i in range(n)]
-        return Dataset.from_dict(rows, features=features)
-
-    return DatasetDict({"train": split(5), "valid": split(2), "test": split(3)})
-
-
-def test_load_hub_dataset(monkeypatch):
-    calls = []
-
-    def load_dataset(name, config, **kwargs):
-        calls.append((name, config, kwargs))
-        return fake_hub_dataset()
-
-    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
-    loaded = load_hub_dataset("wmt14", "de-en", "en", "de", cache_dir="/tmp/hub")
-    assert calls == [("wmt14", "de-en", {"cache_dir": "/tmp/hub"})]
-    assert {split: len(ds) for split, ds in loaded.items()} == {
-        "train": 5,
-        "validation": 2,
-        "test": 3,
-    }
-    assert loaded["test"].column_names == ["translation"]
-    assert loaded["test"][2]["translation"] == {"de": "Satz 2.", "en": "Sentence 2."}
+def write_json_splits(folder, sizes=(("train", 5), ("valid", 2), ("test", 3))) -> dict[str, str]:
+    """JSON-lines files of translation pairs, one per split, with an extra column to be dropped."""
+    files = {}
+    for split, n in sizes:
+        rows = [{"id": str(i), "translation": {"de": f"Satz {i}.", "en": f"Sentence {i}."}} for i in range(n)]
+        path = folder / f"{split}.jsonl"
+        path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+        files[split] = str(path)
+    return files
 
 
-def test_load_hub_dataset_missing_language(monkeypatch):
-    monkeypatch.setattr(datasets, "load_dataset", lambda name, config: fake_hub_dataset())
+def test_load_hub_dataset_through_datasets(tmp_path):
+    """The real `datasets.load_dataset` on local JSON files (the same code path as a hub name)."""
+    files = write_json_splits(tmp_path)
+    loaded = load_hub_dataset("json", None, "en", "de", data_files=files, cache_dir=str(tmp_path / "cache"))
+    assert {split: len(pairs) for split, pairs in loaded.items()} == {"train": 5, "validation": 2, "test": 3}
+    assert (loaded["test"].src[2], loaded["test"].tgt[2]) == ("Sentence 2.", "Satz 2.")  # en -> de
+
+
+def test_load_hub_dataset_missing_language_or_column(tmp_path):
+    files = write_json_splits(tmp_path)
     with pytest.raises(DataError, match="'fr' not available; valid: de, en"):
-        load_hub_dataset("wmt14", "de-en", "de", "fr")
+        load_hub_dataset("json", None, "de", "fr", data_files=files, cache_dir=str(tmp_path / "cache"))
+    (tmp_path / "plain.jsonl").write_text('{"de": "Satz.", "en": "Sentence."}\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"json/None split 'train' has no 'translation' column; columns: de, en"):
+        load_hub_dataset("json", None, "de", "en", data_files=str(tmp_path / "plain.jsonl"))
 
 
 # -------- ids ------------------------------------------------------------------------------------
 
 
 def test_encode_split_matches_encode(de_en, tokenizer):
-    split = de_en["validation"].select([7, 3, 1000])  # an index mapping, not a copy
-    src_ids, tgt_ids = encode_split(split, tokenizer, "de", "en")
-    for pair, src, tgt in zip(split["translation"], src_ids, tgt_ids, strict=True):
-        assert src == tokenizer.encode(pair["de"])
-        assert tgt == tokenizer.encode(pair["en"])
+    split = de_en["validation"]
+    src_ids, tgt_ids = encode_split(split, tokenizer)
+    assert len(src_ids) == len(tgt_ids) == 1014
+    for i in (7, 3, 1000):
+        assert src_ids[i] == tokenizer.encode(split.src[i])
+        assert tgt_ids[i] == tokenizer.encode(split.tgt[i])
 
 
 def test_filter_by_length():
@@ -390,7 +385,7 @@ def test_eval_batches_keep_everything_and_restore_order(lengths):
 def test_real_validation_batches(de_en, tokenizer):
     """End to end on Multi30k validation: every row of tgt_out decodes back to its sentence."""
     split = de_en["validation"]
-    src_ids, tgt_ids = encode_split(split, tokenizer, "de", "en")
+    src_ids, tgt_ids = encode_split(split, tokenizer)
     src_lengths, tgt_lengths = [len(s) for s in src_ids], [len(t) for t in tgt_ids]
     batches = make_batches(src_lengths, tgt_lengths, max_tokens=2000, shuffle=False)
     decoded, indices = [], []

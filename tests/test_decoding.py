@@ -16,8 +16,8 @@ from conftest import DATA_DIR
 
 from transformer.checkpoint import load_for_inference
 from transformer.config import ModelConfig
-from transformer.data import read_lines
-from transformer.decoding import beam_search, greedy_decode, length_penalty, max_lengths
+from transformer.corpus import read_lines
+from transformer.decoding import beam_search, greedy_decode, length_normaliser, max_lengths
 from transformer.model import Transformer
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -79,7 +79,7 @@ def model_scores(model, src, hyps, alpha, max_len_offset) -> torch.Tensor:
     log_probs = torch.log_softmax(logits, dim=-1).gather(-1, tgt_out[..., None])[..., 0]  # (N, T)
     total = log_probs.masked_fill(tgt_out == PAD, 0.0).sum(dim=-1)  # (N,)
     lengths = torch.tensor([len(t) for t in targets], dtype=torch.float64)
-    return total / length_penalty(lengths, alpha)
+    return total / length_normaliser(lengths, alpha)
 
 
 # ------------------------------------------------------------------------------------------- greedy
@@ -124,7 +124,7 @@ def test_greedy_stops_at_the_length_limit():
 
 def test_greedy_eos_ends_a_sentence_and_is_not_returned():
     src = random_sources(0)
-    assert greedy_decode(random_model(0, eos_bias=100.0), src, BOS, EOS) == [[]] * len(src)
+    assert greedy_decode(random_model(0, eos_bias=100.0), src, BOS, EOS, 50) == [[]] * len(src)
     model = random_model(0)
     outputs = greedy_decode(model, src, BOS, EOS, max_len_offset=8)
     assert all(EOS not in out for out in outputs)
@@ -215,7 +215,7 @@ def test_beam_stops_at_the_length_limit_and_never_returns_specials():
     outputs = beam_search(random_model(2), random_sources(2), BOS, EOS, 3, 0.6, 8)
     assert not any({PAD, BOS, EOS} & set(out) for out in outputs)
     with pytest.raises(ValueError, match="beam_size"):
-        beam_search(model, src, BOS, EOS, 0)
+        beam_search(model, src, BOS, EOS, 0, 0.6, 50)
 
 
 # -------------------------------------------------------------------------------- trained checkpoint
@@ -235,7 +235,7 @@ def trained(tiny_checkpoint):
         bias = torch.zeros(model.output_proj.out_features)
         bias[EOS] = eos_bias
         hook = model.output_proj.register_forward_hook(lambda module, inputs, logits, b=bias: logits + b)
-        ended, limited = endings(model, src, greedy_decode(model, src, BOS, EOS), 50)
+        ended, limited = endings(model, src, greedy_decode(model, src, BOS, EOS, 50), 50)
         if ended >= 3 and limited >= 3:
             return model, src
         hook.remove()
@@ -244,16 +244,16 @@ def trained(tiny_checkpoint):
 
 def test_trained_checkpoint_cached_greedy_equals_full_recompute_and_one_by_one(trained):
     model, src = trained
-    cached = greedy_decode(model, src, BOS, EOS)
-    assert cached == greedy_decode(model, src, BOS, EOS, use_cache=False)
+    cached = greedy_decode(model, src, BOS, EOS, 50)
+    assert cached == greedy_decode(model, src, BOS, EOS, 50, use_cache=False)
     ended, limited = endings(model, src, cached, 50)
     assert ended > 0 and limited > 0
-    assert cached[:6] == [greedy_decode(model, row[row != PAD][None], BOS, EOS)[0] for row in src[:6]]
+    assert cached[:6] == [greedy_decode(model, row[row != PAD][None], BOS, EOS, 50)[0] for row in src[:6]]
     assert any(cached), "the tiny model should produce words"
 
 
 def test_trained_checkpoint_beam_of_one_equals_greedy_and_batched_beam_equals_one_by_one(trained):
     model, src = trained
-    assert beam_search(model, src, BOS, EOS, 1, 0.6) == greedy_decode(model, src, BOS, EOS)
-    batched = beam_search(model, src[:6], BOS, EOS, 4, 0.6)
-    assert batched == [beam_search(model, row[row != PAD][None], BOS, EOS, 4, 0.6)[0] for row in src[:6]]
+    assert beam_search(model, src, BOS, EOS, 1, 0.6, 50) == greedy_decode(model, src, BOS, EOS, 50)
+    batched = beam_search(model, src[:6], BOS, EOS, 4, 0.6, 50)
+    assert batched == [beam_search(model, row[row != PAD][None], BOS, EOS, 4, 0.6, 50)[0] for row in src[:6]]

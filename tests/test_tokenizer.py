@@ -6,7 +6,7 @@ import pytest
 import sentencepiece as spm
 import torch
 
-from transformer.data import read_lines
+from transformer.corpus import read_lines
 from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_tokenizer
 
 ACCENTED = [

@@ -95,7 +95,7 @@ def test_long_lines_are_truncated_with_a_warning_naming_the_line(tiny_checkpoint
 
 
 def test_beam_search_option(tiny_checkpoint, capsys):
-    argv = ["--checkpoint", str(tiny_checkpoint), "--device", "cpu", "--beam", "4", "--alpha", "1.0"]
+    argv = ["--checkpoint", str(tiny_checkpoint), "--device", "cpu", "--beam", "4", "--length-penalty", "1.0"]
     assert run(argv + SENTENCES, capsys) == (0, expected(tiny_checkpoint, SENTENCES, 4, 1.0), "")
     code, lines, err = run(["--checkpoint", str(tiny_checkpoint), "--beam", "0", "x"], capsys)
     assert code == 2 and lines == [] and "--beam must be >= 1" in err

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from transformer.config import ConfigError, config_from_dict
+from transformer.config import ConfigError, ModelConfig, config_from_dict
 from transformer.model import Transformer
 from transformer.tokenizer import Tokenizer
 
@@ -64,13 +64,22 @@ def tokenizer_to_tensor(tokenizer: Tokenizer) -> torch.Tensor:
     return torch.frombuffer(bytearray(tokenizer.to_bytes()), dtype=torch.uint8)
 
 
+def build_model(config: ModelConfig, tokenizer: Tokenizer) -> Transformer:
+    """THE way to make a model for a tokenizer: its vocabulary (joint) and its special ids."""
+    return Transformer(config, tokenizer.vocab_size, tokenizer.vocab_size, tokenizer.pad_id)
+
+
+def tokenizer_from_tensor(data: torch.Tensor) -> Tokenizer:
+    return Tokenizer.from_bytes(bytes(data.numpy().tobytes()))
+
+
 def load_for_inference(path: str | Path, device: str | torch.device = "cpu"):
     """checkpoint -> (model in eval mode on ``device``, tokenizer, config)."""
     state = load_checkpoint(path)
     try:
         config = config_from_dict(state["config"])
-        tokenizer = Tokenizer.from_bytes(bytes(state["tokenizer"].numpy().tobytes()))
-        model = Transformer(config.model, tokenizer.vocab_size, tokenizer.vocab_size, tokenizer.pad_id)
+        tokenizer = tokenizer_from_tensor(state["tokenizer"])
+        model = build_model(config.model, tokenizer)
         model.load_state_dict(state["model"])
     except (ConfigError, RuntimeError, KeyError, ValueError, TypeError) as error:
         first = str(error).strip().splitlines()[0]
@@ -83,3 +92,56 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     while hasattr(model, "module") or hasattr(model, "_orig_mod"):
         model = getattr(model, "module", None) or model._orig_mod
     return model
+
+
+# -------- training checkpoints: everything --resume needs ------------------------------------------
+
+
+def training_checkpoint(model, optimizer, scaler, ema, config, tokenizer: Tokenizer, state: dict) -> dict:
+    """``model`` holds the weights to translate with (the moving average when there is one); the training
+    weights, optimizer, loss scale, moving average and RNG states are there to resume exactly."""
+    model = unwrap(model)
+    checkpoint = {
+        "config": config.to_dict(),
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict(),  # fp16 loss scale; empty when the scaler is off
+        "tokenizer": tokenizer_to_tensor(tokenizer),
+        "state": state,
+        "rng": {"torch": torch.get_rng_state()}
+        | ({"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {}),
+    }
+    if ema is not None:
+        checkpoint["train_model"] = checkpoint["model"]
+        with ema.applied(model):
+            checkpoint["model"] = {k: v.clone() for k, v in model.state_dict().items()}
+        checkpoint["ema"] = ema.state_dict()
+    return checkpoint
+
+
+def restore_training(path: Path, model, optimizer, scaler, ema, config) -> dict:
+    """Load what ``training_checkpoint`` saved back into these objects; returns the saved ``state``.
+
+    Refuses a checkpoint trained with other model or data settings or another seed: they decide the
+    weights' shapes and the order of the batches."""
+    ckpt = load_checkpoint(path)
+    saved, now = ckpt["config"], config.to_dict()
+    changed = [f"model.{k}" for k in now["model"] if saved["model"].get(k) != now["model"][k]]
+    changed += [
+        f"data.{k}" for k in now["data"] if k != "data_dir" and saved["data"].get(k) != now["data"][k]
+    ]
+    changed += ["train.seed"] if saved["train"].get("seed") != now["train"]["seed"] else []
+    if changed:
+        raise CheckpointError(f"{path} was trained with other values of {', '.join(changed)}; cannot resume")
+    unwrap(model).load_state_dict(ckpt.get("train_model", ckpt["model"]))
+    optimizer.load_state_dict(ckpt["optimizer"])
+    if ckpt.get("scaler"):
+        scaler.load_state_dict(ckpt["scaler"])
+    if ema is not None:
+        if "ema" not in ckpt:
+            raise CheckpointError(f"{path} has no moving average; cannot resume with train.ema_decay > 0")
+        ema.load_state_dict(ckpt["ema"])
+    torch.set_rng_state(ckpt["rng"]["torch"])
+    if "cuda" in ckpt["rng"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+    return ckpt["state"]

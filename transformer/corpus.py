@@ -1,29 +1,242 @@
-"""The configured corpus: loaded by name, encoded to token ids, the training split filtered by length.
+"""Where parallel text comes from: Multi30k (checksummed download or a local folder), local text files, or a
+Hugging Face hub dataset. Text in, text out: tokenizing and batching are ``data.py``'s job.
 
-``data.dataset`` picks the source: ``multi30k`` (checksummed files), ``hub`` (``datasets.load_dataset``) or
-``text`` (local files ``<data.text_prefix>.{train,valid,test}.<lang>``).
+A corpus is a plain ``dict`` from split name to ``ParallelText`` (two equally long lists of lines), whatever
+its source. Split names are ``SPLITS``; a file's other names for them (``val``, ``valid``, ``dev``) are
+mapped once, in ``split_name``. The ``datasets`` package is needed only for ``data.dataset: hub``.
+
+Every error is a ``DataError`` that names the file and, where it applies, the line.
 """
 
+import gzip
+import hashlib
+import os
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-from datasets import DatasetDict
+from pathlib import Path
 
 from transformer.config import DataConfig
-from transformer.data import (
-    DataError,
-    encode_split,
-    filter_by_length,
-    load_hub_dataset,
-    load_multi30k,
-    load_parallel_text,
-)
-from transformer.tokenizer import Tokenizer
 
 SPLITS = ("train", "validation", "test")
+SPLIT_ALIASES = {"valid": "validation", "dev": "validation", "val": "validation"}
+MULTI30K_LANGUAGES = ("en", "de", "fr", "cs")
+MULTI30K_FILES = {"train": "train", "validation": "val", "test": "test_2016_flickr"}  # split: file stem
+TEXT_FILES = {"train": "train", "validation": "valid", "test": "test"}  # <text_prefix>.<stem>.<lang>
+MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
+# the checkout's data/ folder (git-ignored), where a corpus is downloaded unless a local copy is named
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 
-def load_corpus(data: DataConfig) -> DatasetDict:
-    """The configured dataset as a DatasetDict with train / validation / test splits."""
+class DataError(ValueError):
+    """A data file is missing, malformed, or not the file we expected; the message names it."""
+
+
+@dataclass
+class ParallelText:
+    """One split of a parallel corpus: ``src[i]`` translates to ``tgt[i]``."""
+
+    src: list[str]
+    tgt: list[str]
+
+    def __post_init__(self):
+        if len(self.src) != len(self.tgt):
+            raise ValueError(f"{len(self.src)} source lines but {len(self.tgt)} target lines")
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def head(self, n: int) -> "ParallelText":
+        """The first ``n`` pairs (all of them for n <= 0)."""
+        return ParallelText(self.src[:n], self.tgt[:n]) if n > 0 else self
+
+
+Corpus = dict[str, ParallelText]
+
+
+def split_name(name: str) -> str:
+    """A split's canonical name: 'val', 'valid' and 'dev' are 'validation'."""
+    return SPLIT_ALIASES.get(name, name)
+
+
+# -------- lines ----------------------------------------------------------------------------------
+
+
+def split_lines(data: bytes, name: str, warn: Callable[[str], None] | None = None) -> list[str]:
+    """Bytes -> lines, THE line reader of the project (training files and translate.py's input).
+
+    Split on "\\n" alone, not with ``str.splitlines``, which also breaks at "\\x0b", "\\x1c", "\\u2028", ...
+    and would silently misalign a parallel corpus; a trailing "\\r" is dropped. Invalid UTF-8 is a
+    ``DataError`` naming the line, or, given ``warn``, replaced by U+FFFD with a warning naming the line.
+    """
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # the newline that ends the last line does not start another one
+    texts = []
+    for n, line in enumerate(lines, start=1):
+        line = line.removesuffix(b"\r")
+        try:
+            texts.append(line.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            if warn is None:
+                raise DataError(f"{name}: line {n} is not valid UTF-8 ({error.reason})") from error
+            warn(f"{name} line {n}: invalid UTF-8 ({error.reason}); undecodable bytes replaced by U+FFFD")
+            texts.append(line.decode("utf-8", errors="replace"))
+    return texts
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """All lines of a UTF-8 text file (plain, or gzip if the name ends in `.gz`); see ``split_lines``."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    if path.suffix == ".gz":
+        try:
+            with gzip.open(path, "rb") as f:
+                data = f.read()
+        except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError
+            raise DataError(f"{path}: corrupted gzip file ({error})") from error
+    else:
+        data = path.read_bytes()
+    if not data:
+        raise DataError(f"{path}: file is empty")
+    return split_lines(data, str(path))
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> ParallelText:
+    """Source and target lines of a parallel corpus; line i of each is a translation pair."""
+    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
+    if len(src_lines) != len(tgt_lines):
+        raise DataError(
+            f"parallel files differ in length: {src_path} has {len(src_lines)} lines, "
+            f"{tgt_path} has {len(tgt_lines)}"
+        )
+    return ParallelText(src_lines, tgt_lines)
+
+
+def check_languages(src_lang: str, tgt_lang: str, valid: Sequence[str]) -> None:
+    for lang in (src_lang, tgt_lang):
+        if lang not in valid:
+            raise DataError(f"language {lang!r} not available; valid: {', '.join(valid)}")
+    if src_lang == tgt_lang:
+        raise DataError(f"src_lang and tgt_lang are both {src_lang!r}; valid: {', '.join(valid)}")
+
+
+# -------- sources --------------------------------------------------------------------------------
+
+
+def load_parallel_text(files: dict[str, tuple[str | Path, str | Path]]) -> Corpus:
+    """Local parallel text files: ``{split: (src_path, tgt_path)}``, plain or `.gz`."""
+    return {split_name(split): read_parallel(src, tgt) for split, (src, tgt) in files.items()}
+
+
+def load_multi30k(
+    src_lang: str = "de",
+    tgt_lang: str = "en",
+    data_dir: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+) -> Corpus:
+    """Multi30k task 1 (train 29000, validation 1014, test = test_2016_flickr 1000 sentences).
+
+    Files come from `data_dir`, else the `MULTI30K_DIR` environment variable, else they are
+    downloaded once into `cache_dir` (default: the checkout's data/multi30k). Either way each
+    file must match its SHA-256 in `multi30k_sha256sums.txt`.
+    """
+    check_languages(src_lang, tgt_lang, valid=MULTI30K_LANGUAGES)
+    data_dir = data_dir if data_dir is not None else os.environ.get("MULTI30K_DIR")
+    cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else DATA_DIR / "multi30k"
+    expected = multi30k_sha256sums()
+    files = {}
+    for split, stem in MULTI30K_FILES.items():
+        names = [f"{stem}.{src_lang}.gz", f"{stem}.{tgt_lang}.gz"]
+        if data_dir is not None:
+            paths = [Path(data_dir) / name for name in names]
+        else:
+            paths = [download(MULTI30K_URL + name, cache_dir / name, expected[name]) for name in names]
+        for name, path in zip(names, paths, strict=True):
+            if not path.is_file():
+                raise DataError(f"{path}: file not found (Multi30k data_dir {data_dir})")
+            check_sha256(path, expected[name])
+        files[split] = (paths[0], paths[1])
+    return load_parallel_text(files)
+
+
+def multi30k_sha256sums() -> dict[str, str]:
+    """{file name: hex digest} from the `sha256sum`-format file shipped next to this module."""
+    text = Path(__file__).with_name("multi30k_sha256sums.txt").read_text(encoding="utf-8")
+    return {name: digest for digest, name in (line.split() for line in text.splitlines() if line)}
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_sha256(path: Path, expected: str, name: str | None = None) -> None:
+    actual = sha256(path)
+    if actual != expected:
+        raise DataError(
+            f"{name or path}: SHA-256 mismatch, expected {expected}, got {actual} "
+            "(a truncated or different file?)"
+        )
+
+
+def download(url: str, path: Path, expected_sha256: str) -> Path:
+    """Fetch ``url`` into ``path`` unless it is already there.
+
+    The bytes go to a temp file that is checked, then renamed: never a half-written ``path``.
+    """
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+            shutil.copyfileobj(response, out)
+        check_sha256(Path(tmp_name), expected_sha256, name=url)
+        os.replace(tmp_name, path)
+    except (urllib.error.URLError, OSError) as error:
+        raise DataError(f"cannot download {url}: {error} (or set MULTI30K_DIR)") from error
+    finally:
+        Path(tmp_name).unlink(missing_ok=True)
+    return path
+
+
+def load_hub_dataset(name: str, config: str | None, src_lang: str, tgt_lang: str, **kwargs) -> Corpus:
+    """A Hugging Face hub translation dataset: ``load_hub_dataset("wmt14", "de-en", "de", "en")``.
+
+    ``kwargs`` go to ``datasets.load_dataset`` (e.g. ``cache_dir``, ``data_files``); ``name`` may also be
+    a builder such as "json" or "parquet" for local files. Only the ``translation`` column is read.
+    """
+    import datasets  # only this source needs it
+
+    dataset = datasets.load_dataset(name, config, **kwargs)
+    corpus = {}
+    for split, ds in dataset.items():
+        if "translation" not in ds.column_names:
+            raise DataError(
+                f"{name}/{config} split {split!r} has no 'translation' column; "
+                f"columns: {', '.join(ds.column_names)}"
+            )
+        feature = ds.features["translation"]
+        available = feature.languages if isinstance(feature, datasets.Translation) else list(feature)
+        check_languages(src_lang, tgt_lang, valid=available)
+        pairs = ds.with_format("arrow")["translation"].combine_chunks()  # pyarrow: ~50x faster
+        corpus[split_name(split)] = ParallelText(
+            pairs.field(src_lang).to_pylist(), pairs.field(tgt_lang).to_pylist()
+        )
+    return corpus
+
+
+def load_corpus(data: DataConfig) -> Corpus:
+    """The configured corpus (``data.dataset``) with its train / validation / test splits."""
     if data.dataset == "multi30k":
         corpus = load_multi30k(data.src_lang, data.tgt_lang, data.data_dir)
     elif data.dataset == "hub":
@@ -33,44 +246,16 @@ def load_corpus(data: DataConfig) -> DatasetDict:
     else:
         if not data.text_prefix:
             raise DataError("data.dataset=text needs data.text_prefix: files <prefix>.<split>.<lang>")
-        stems = {"train": "train", "validation": "valid", "test": "test"}
+        if data.src_lang == data.tgt_lang:
+            raise DataError(f"src_lang and tgt_lang are both {data.src_lang!r}")
         files = {
             split: tuple(f"{data.text_prefix}.{stem}.{lang}" for lang in (data.src_lang, data.tgt_lang))
-            for split, stem in stems.items()
+            for split, stem in TEXT_FILES.items()
         }
-        corpus = load_parallel_text(files, data.src_lang, data.tgt_lang)
+        corpus = load_parallel_text(files)
     missing = [split for split in SPLITS if split not in corpus]
     if missing:
         raise DataError(
             f"data.dataset={data.dataset}: no {', '.join(missing)} split (it has: {', '.join(corpus)})"
         )
     return corpus
-
-
-@dataclass
-class Splits:
-    """Token ids of each split: train filtered by length; validation / test complete and in order."""
-
-    train: tuple[list[list[int]], list[list[int]]]
-    train_indices: list[int]
-    valid: tuple[list[list[int]], list[list[int]]]
-    valid_refs: list[str]
-    test: tuple[list[list[int]], list[list[int]]]
-    test_refs: list[str]
-
-
-def encode_corpus(corpus: DatasetDict, tokenizer: Tokenizer, data: DataConfig) -> Splits:
-    """Token ids of every split (``data.train_limit`` / ``data.eval_limit`` slice them for smoke runs)."""
-
-    def split(name, limit):
-        ds = corpus[name]
-        if limit > 0:
-            ds = ds.select(range(min(limit, len(ds))))
-        ids = encode_split(ds, tokenizer, data.src_lang, data.tgt_lang)
-        return ids, [p[data.tgt_lang] for p in ds["translation"]]
-
-    train, _ = split("train", data.train_limit)
-    valid, valid_refs = split("validation", data.eval_limit)
-    test, test_refs = split("test", data.eval_limit)
-    keep = filter_by_length([len(s) for s in train[0]], [len(t) for t in train[1]], data.max_len)
-    return Splits(train, keep, valid, valid_refs, test, test_refs)

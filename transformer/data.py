@@ -1,7 +1,6 @@
-"""Data: parallel text -> `datasets.DatasetDict` -> token ids -> token-bucket batches (§5.1).
+"""Token ids and batches: a corpus's text -> token ids -> token-bucket batches of padded tensors (§5.1).
 
-Every loader returns a `DatasetDict` with splits `train` / `validation` / `test` (those that exist)
-and one column, `translation`, holding `{src_lang: str, tgt_lang: str}` per sentence pair.
+Where the text comes from is ``corpus.py``'s job; this file starts from its ``ParallelText`` splits.
 
 §5.1: "Sentence pairs were batched together by approximate sequence length. Each training batch
 contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target
@@ -18,235 +17,26 @@ How one target sentence becomes the decoder's input and labels (`collate`), here
     src                x1   x2   x3   x4   EOS  PAD   (EOS marks the end; no BOS on the source side)
 """
 
-import gzip
-import hashlib
 import math
-import os
-import shutil
-import tempfile
-import urllib.error
-import urllib.request
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TypeVar
 
-import datasets
 import torch
-from datasets import Dataset, DatasetDict, Features, Translation
 
-from .tokenizer import Tokenizer
-
-MULTI30K_LANGUAGES = ("en", "de", "fr", "cs")
-MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}  # split: stem
-MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
-MULTI30K_CACHE_DIR = "~/.cache/transformer_mt/multi30k"
-SPLIT_ALIASES = {"valid": "validation", "dev": "validation", "val": "validation"}
+from transformer.config import DataConfig
+from transformer.corpus import Corpus, ParallelText
+from transformer.tokenizer import Tokenizer
 
 Item = TypeVar("Item")  # not `T`, which is the target length here
-
-
-class DataError(ValueError):
-    """A data file is missing, malformed, or not the file we expected."""
-
-
-# -------- text files -----------------------------------------------------------------------------
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """All lines of a UTF-8 text file (plain, or gzip if the name ends in `.gz`).
-
-    Only the line ending ("\\n" or "\\r\\n") is removed. We split on "\\n" alone, not with
-    `str.splitlines`, which also breaks at "\\x0b", "\\x1c", "\\u2028", ... and would silently
-    misalign a parallel corpus.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    if path.suffix == ".gz":
-        try:
-            with gzip.open(path, "rb") as f:
-                data = f.read()
-        except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError
-            raise DataError(f"{path}: corrupted gzip file ({error})") from error
-    else:
-        data = path.read_bytes()
-    if not data:
-        raise DataError(f"{path}: file is empty")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise DataError(f"{path}: line {line} is not valid UTF-8 ({error.reason})") from error
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the newline that ends the last line does not start another one
-    return [line.removesuffix("\r") for line in lines]
-
-
-def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
-    """Source and target lines of a parallel corpus; line i of each is a translation pair."""
-    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
-    if len(src_lines) != len(tgt_lines):
-        raise DataError(
-            f"parallel files differ in length: {src_path} has {len(src_lines)} lines, "
-            f"{tgt_path} has {len(tgt_lines)}"
-        )
-    return src_lines, tgt_lines
-
-
-def _to_dataset(
-    src_lines: list[str],
-    tgt_lines: list[str],
-    src_lang: str,
-    tgt_lang: str,
-) -> Dataset:
-    pairs = [{src_lang: s, tgt_lang: t} for s, t in zip(src_lines, tgt_lines, strict=True)]
-    features = Features({"translation": Translation(languages=[src_lang, tgt_lang])})
-    return Dataset.from_dict({"translation": pairs}, features=features)
-
-
-def _check_languages(src_lang: str, tgt_lang: str, valid: Sequence[str]) -> None:
-    for lang in (src_lang, tgt_lang):
-        if lang not in valid:
-            raise DataError(f"language {lang!r} not available; valid: {', '.join(valid)}")
-    if src_lang == tgt_lang:
-        raise DataError(f"src_lang and tgt_lang are both {src_lang!r}; valid: {', '.join(valid)}")
-
-
-# -------- loaders --------------------------------------------------------------------------------
-
-
-def load_parallel_text(
-    files: dict[str, tuple[str | Path, str | Path]], src_lang: str, tgt_lang: str
-) -> DatasetDict:
-    """Local parallel text files: `{split: (src_path, tgt_path)}`, plain or `.gz`.
-
-    Split names "valid", "dev" and "val" are renamed "validation".
-    """
-    if src_lang == tgt_lang:
-        raise DataError(f"src_lang and tgt_lang are both {src_lang!r}")
-    splits = {}
-    for split, (src_path, tgt_path) in files.items():
-        src_lines, tgt_lines = read_parallel(src_path, tgt_path)
-        name = SPLIT_ALIASES.get(split, split)
-        splits[name] = _to_dataset(src_lines, tgt_lines, src_lang, tgt_lang)
-    return DatasetDict(splits)
-
-
-def load_multi30k(
-    src_lang: str = "de",
-    tgt_lang: str = "en",
-    data_dir: str | Path | None = None,
-    cache_dir: str | Path | None = None,
-) -> DatasetDict:
-    """Multi30k task 1 (train 29000, validation 1014, test = test_2016_flickr 1000 sentences).
-
-    Files come from `data_dir`, else the `MULTI30K_DIR` environment variable, else they are
-    downloaded once into `cache_dir` (default ~/.cache/transformer_mt/multi30k). Either way each
-    file must match its SHA-256 in `multi30k_sha256sums.txt`.
-    """
-    _check_languages(src_lang, tgt_lang, valid=MULTI30K_LANGUAGES)
-    data_dir = data_dir if data_dir is not None else os.environ.get("MULTI30K_DIR")
-    cache_dir = Path(cache_dir if cache_dir is not None else MULTI30K_CACHE_DIR).expanduser()
-    expected = _multi30k_sha256sums()
-    files = {}
-    for split, stem in MULTI30K_SPLITS.items():
-        names = [f"{stem}.{src_lang}.gz", f"{stem}.{tgt_lang}.gz"]
-        if data_dir is not None:
-            paths = [Path(data_dir) / name for name in names]
-        else:
-            paths = [_download(name, cache_dir, expected[name]) for name in names]
-        for name, path in zip(names, paths, strict=True):
-            if not path.is_file():
-                raise DataError(f"{path}: file not found (Multi30k data_dir {data_dir})")
-            _check_sha256(path, expected[name])
-        files[split] = (paths[0], paths[1])
-    return load_parallel_text(files, src_lang, tgt_lang)
-
-
-def _multi30k_sha256sums() -> dict[str, str]:
-    """{file name: hex digest} from the `sha256sum`-format file shipped next to this module."""
-    text = Path(__file__).with_name("multi30k_sha256sums.txt").read_text(encoding="utf-8")
-    return {name: digest for digest, name in (line.split() for line in text.splitlines() if line)}
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _check_sha256(path: Path, expected: str, name: str | None = None) -> None:
-    actual = _sha256(path)
-    if actual != expected:
-        raise DataError(
-            f"{name or path}: SHA-256 mismatch, expected {expected}, got {actual} "
-            "(a truncated or different file?)"
-        )
-
-
-def _download(name: str, cache_dir: Path, expected_sha256: str) -> Path:
-    """Fetch Multi30k file `name` into `cache_dir` unless it is already there.
-
-    The bytes go to a temp file that is checked, then renamed: never a half-written `name`.
-    """
-    path, url = cache_dir / name, MULTI30K_URL + name
-    if path.is_file():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
-            shutil.copyfileobj(response, out)
-        _check_sha256(Path(tmp_name), expected_sha256, name=url)
-        os.replace(tmp_name, path)
-    except (urllib.error.URLError, OSError) as error:
-        raise DataError(f"cannot download {url}: {error} (or set MULTI30K_DIR)") from error
-    finally:
-        Path(tmp_name).unlink(missing_ok=True)
-    return path
-
-
-def load_hub_dataset(
-    name: str,
-    config: str | None,
-    src_lang: str,
-    tgt_lang: str,
-    **kwargs,
-) -> DatasetDict:
-    """A Hugging Face Hub translation dataset: `load_hub_dataset("wmt14", "de-en", "de", "en")`.
-
-    `kwargs` go to `datasets.load_dataset` (e.g. `cache_dir`). Only `translation` is kept.
-    """
-    dataset = datasets.load_dataset(name, config, **kwargs)
-    dataset = DatasetDict({SPLIT_ALIASES.get(split, split): ds for split, ds in dataset.items()})
-    for split, ds in dataset.items():
-        if "translation" not in ds.column_names:
-            raise DataError(
-                f"{name}/{config} split {split!r} has no 'translation' column; "
-                f"columns: {', '.join(ds.column_names)}"
-            )
-        feature = ds.features["translation"]
-        available = feature.languages if isinstance(feature, Translation) else list(feature)
-        _check_languages(src_lang, tgt_lang, valid=available)
-    return dataset.select_columns(["translation"])
 
 
 # -------- ids ------------------------------------------------------------------------------------
 
 
-def encode_split(
-    split: Dataset, tokenizer: Tokenizer, src_lang: str, tgt_lang: str
-) -> tuple[list[list[int]], list[list[int]]]:
+def encode_split(split: ParallelText, tokenizer: Tokenizer) -> tuple[list[list[int]], list[list[int]]]:
     """Token ids of every source and target sentence, without BOS / EOS (`collate` adds them)."""
-    pairs = split.with_format("arrow")["translation"].combine_chunks()  # pyarrow: ~50x faster
-    src_ids = tokenizer.encode_batch(pairs.field(src_lang).to_pylist())
-    tgt_ids = tokenizer.encode_batch(pairs.field(tgt_lang).to_pylist())
-    return src_ids, tgt_ids
+    return tokenizer.encode_batch(split.src), tokenizer.encode_batch(split.tgt)
 
 
 def filter_by_length(
@@ -260,6 +50,28 @@ def filter_by_length(
     """
     pairs = zip(src_lengths, tgt_lengths, strict=True)
     return [i for i, (s, t) in enumerate(pairs) if s + 1 <= max_len and t + 1 <= max_len]
+
+
+@dataclass
+class Splits:
+    """Token ids of each split: train filtered by length; validation / test complete and in order."""
+
+    train: tuple[list[list[int]], list[list[int]]]
+    train_indices: list[int]  # the training pairs that fit data.max_len
+    valid: tuple[list[list[int]], list[list[int]]]
+    valid_refs: list[str]
+    test: tuple[list[list[int]], list[list[int]]]
+    test_refs: list[str]
+
+
+def encode_corpus(corpus: Corpus, tokenizer: Tokenizer, data: DataConfig) -> Splits:
+    """Token ids of every split (``data.train_limit`` / ``data.eval_limit`` slice them for smoke runs)."""
+    train = encode_split(corpus["train"].head(data.train_limit), tokenizer)
+    valid, test = (corpus[name].head(data.eval_limit) for name in ("validation", "test"))
+    keep = filter_by_length([len(s) for s in train[0]], [len(t) for t in train[1]], data.max_len)
+    return Splits(
+        train, keep, encode_split(valid, tokenizer), valid.tgt, encode_split(test, tokenizer), test.tgt
+    )
 
 
 # -------- batches --------------------------------------------------------------------------------

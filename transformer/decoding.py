@@ -9,10 +9,14 @@ the source length counts the source's EOS (§6.1: input length + 50), and never 
 ``model.config.max_positions`` (the decoder has no position beyond). A sentence that hits the limit ends
 there without EOS.
 
-Neither search produces PAD or BOS: they are never training targets, and a PAD fed back would be masked
-by the full-prefix decoder (``use_cache=False``) but not by the cache, so the two would disagree.
-Outputs exclude BOS and EOS.
+The decoder starts from ``model.start_id(bos_id)``: BOS, or PAD for Marian-style models
+(``model.decoder_start_token: pad``). Neither search produces PAD or the start token: they are never
+training targets, and a PAD fed back would be masked by the full-prefix decoder (``use_cache=False``) but
+not by the cache, so the two would disagree. EOS is never ruled out, even when it shares an id with them.
+Outputs exclude the start token and EOS.
 """
+
+from dataclasses import dataclass
 
 import torch
 
@@ -41,11 +45,11 @@ def max_lengths(model: Transformer, src: torch.Tensor, max_len_offset: int) -> t
     return (source_lengths + max_len_offset).clamp(min=1, max=model.config.max_positions)
 
 
-def _next_token_logits(logits: torch.Tensor, pad_id: int, bos_id: int) -> torch.Tensor:
-    """The last position's logits (N, T, V) -> (N, V), with PAD and BOS ruled out."""
+def _next_token_logits(logits: torch.Tensor, pad_id: int, start_id: int, eos_id: int) -> torch.Tensor:
+    """The last position's logits (N, T, V) -> (N, V), with PAD and the start token ruled out (not EOS)."""
     logits = logits[:, -1]  # (N, V)
-    logits[:, pad_id] = float("-inf")
-    logits[:, bos_id] = float("-inf")
+    for token in sorted({pad_id, start_id} - {eos_id}):
+        logits[:, token] = float("-inf")
     return logits
 
 
@@ -55,7 +59,7 @@ def greedy_decode(
     src: torch.Tensor,
     bos_id: int,
     eos_id: int,
-    max_len_offset: int = 50,
+    max_len_offset: int,
     use_cache: bool = True,
 ) -> list[list[int]]:
     """src (B, S) -> B token-id lists: the most probable token at every step.
@@ -68,14 +72,15 @@ def greedy_decode(
     L = int(limits.max())
     outputs: list[list[int]] = [[] for _ in range(B)]
     active = torch.arange(B, device=device)  # original row of each row still decoding
-    tokens = torch.full((B, L + 1), bos_id, dtype=torch.long, device=device)  # (B_active, 1 + L)
+    start_id = model.start_id(bos_id)  # BOS, or PAD for Marian-style models
+    tokens = torch.full((B, L + 1), start_id, dtype=torch.long, device=device)  # (B_active, 1 + L)
     cache = model.new_cache() if use_cache else None
     for step in range(L):
         inputs = tokens[:, step : step + 1] if use_cache else tokens[:, : step + 1]  # (B_active, 1 | 1+t)
         logits, _, _ = model.decode(inputs, memory, src_mask, cache)  # (B_active, 1 | 1+t, V)
         if step == 0 and cache is not None:
             _contiguous_memory_cache(cache)
-        next_tokens = _next_token_logits(logits, model.pad_id, bos_id).argmax(dim=-1)  # (B_active,)
+        next_tokens = _next_token_logits(logits, model.pad_id, start_id, eos_id).argmax(dim=-1)  # (B_active,)
         tokens[:, step + 1] = next_tokens
         done = (next_tokens == eos_id) | (step + 1 >= limits)  # (B_active,)
         done_rows = done.nonzero().flatten()  # (B_done,)
@@ -93,12 +98,84 @@ def greedy_decode(
     return outputs
 
 
-def length_penalty(length, alpha: float):
-    """GNMT's lp(Y) = ((5 + |Y|) / 6)^α, the length normalisation used with beam search in the paper (§6.1).
-
-    |Y| counts the EOS token when there is one. ``length``: a number or a tensor.
+def length_normaliser(length, length_penalty: float):
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^α with α = ``length_penalty``: beam search ranks finished
+    hypotheses by log P(Y|X) / lp(Y) (§6.1). |Y| counts the EOS token when there is one. ``length``: a
+    number or a tensor.
     """
-    return ((5.0 + length) / 6.0) ** alpha
+    return ((5.0 + length) / 6.0) ** length_penalty
+
+
+@dataclass
+class _Beams:
+    """The search state of the sentences still decoding: n sentences, K beams each, rows sentence-major
+    (rows b·K ... b·K + K - 1 are sentence b's beams)."""
+
+    active: torch.Tensor  # (n,) original sentence of each block of K rows
+    limits: torch.Tensor  # (n,) most tokens a hypothesis may have, EOS included
+    best_scores: torch.Tensor  # (n,) log P / lp of the best finished hypothesis
+    n_finished: torch.Tensor  # (n,) finished hypotheses so far
+    scores: torch.Tensor  # (n·K,) log P of each live hypothesis
+    tokens: torch.Tensor  # (n·K, 1 + L) BOS + the tokens so far
+    memory: torch.Tensor  # (n·K, S, D)
+    src_mask: torch.Tensor  # (n·K, 1, 1, S)
+
+    def keep(self, sentences: torch.Tensor) -> torch.Tensor:
+        """Keep only these sentences (indices into the n); returns the kept rows (n'·K,)."""
+        K = self.scores.numel() // self.active.numel()
+        rows = (sentences[:, None] * K + torch.arange(K, device=sentences.device)).view(-1)  # (n'·K,)
+        self.active, self.limits, self.best_scores, self.n_finished = (
+            t[sentences] for t in (self.active, self.limits, self.best_scores, self.n_finished)
+        )
+        self.scores, self.tokens, self.memory, self.src_mask = (
+            t[rows] for t in (self.scores, self.tokens, self.memory, self.src_mask)
+        )
+        return rows
+
+
+def _start_beams(model: Transformer, src: torch.Tensor, start_id: int, K: int, max_len_offset: int) -> _Beams:
+    B, device = src.size(0), src.device
+    memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
+    limits = max_lengths(model, src, max_len_offset)  # (B,)
+    dtype = torch.promote_types(model.output_proj.weight.dtype, torch.float32)  # of the scores
+    scores = torch.full((B, K), float("-inf"), dtype=dtype, device=device)
+    scores[:, 0] = 0.0  # all K beams start as the same BOS hypothesis: keep only one of them alive
+    return _Beams(
+        active=torch.arange(B, device=device),
+        limits=limits,
+        best_scores=torch.full((B,), float("-inf"), dtype=dtype, device=device),
+        n_finished=torch.zeros(B, dtype=torch.long, device=device),
+        scores=scores.view(-1),  # (B·K,)
+        tokens=torch.full((B * K, int(limits.max()) + 1), start_id, dtype=torch.long, device=device),
+        memory=memory.repeat_interleave(K, dim=0),  # (B·K, S, D)
+        src_mask=src_mask.repeat_interleave(K, dim=0),  # (B·K, 1, 1, S)
+    )
+
+
+def _finish_hypotheses(
+    beams: _Beams, top_scores, next_tokens, origin, step: int, eos_id: int, length_penalty: float, outputs
+) -> torch.Tensor:
+    """Finish the extensions that end in EOS (or reach the limit) among the K best of the 2K; keep each
+    sentence's best in ``outputs``. top_scores / next_tokens / origin (n, 2K). Returns done (n,) bool."""
+    K = top_scores.size(1) // 2
+    first_k = torch.arange(2 * K, device=top_scores.device) < K  # (2K,)
+    at_limit = step + 1 >= beams.limits  # (n,) all hypotheses have step + 1 tokens now
+    ends = next_tokens == eos_id  # (n, 2K)
+    finishing = (ends | at_limit[:, None]) & first_k & (top_scores > float("-inf"))  # (n, 2K)
+    normalised = top_scores / length_normaliser(step + 1, length_penalty)  # (n, 2K)
+    best_now, pick = normalised.masked_fill(~finishing, float("-inf")).max(dim=-1)  # (n,)
+    improved = best_now > beams.best_scores  # (n,)
+    beams.best_scores = torch.where(improved, best_now, beams.best_scores)
+    beams.n_finished = beams.n_finished + finishing.sum(dim=-1)
+    improved_rows = improved.nonzero().flatten()  # (n_improved,)
+    if improved_rows.numel():
+        rows = origin[improved_rows, pick[improved_rows]]
+        last = next_tokens[improved_rows, pick[improved_rows]]
+        for i, prefix, token in zip(
+            beams.active[improved_rows].tolist(), beams.tokens[rows, 1 : step + 1].tolist(), last.tolist()
+        ):
+            outputs[i] = prefix if token == eos_id else prefix + [token]
+    return (beams.n_finished >= K) | at_limit  # (n,)
 
 
 @torch.no_grad()
@@ -107,9 +184,9 @@ def beam_search(
     src: torch.Tensor,
     bos_id: int,
     eos_id: int,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    max_len_offset: int = 50,
+    beam_size: int,
+    length_penalty: float,
+    max_len_offset: int,
 ) -> list[list[int]]:
     """src (B, S) -> B token-id lists: the best finished hypothesis by log P(Y|X) / lp(|Y|).
 
@@ -118,76 +195,41 @@ def beam_search(
     the first K is finished and scored by log P / lp(|Y|); the K best that do not end in EOS live on.
     A sentence is done when it has K finished hypotheses, or at its length limit (where the K best
     extensions are finished as they are). As in fairseq; with K = 1 this is exactly greedy search.
-    Tensors are (B·K, ...), sentence-major: rows b·K ... b·K + K - 1 are sentence b's beams.
 
     Beam search is not exact: it may prune the prefix of a better hypothesis (even greedy's). When K is
     at least the number of extensions there are, nothing is pruned and it finds the best hypothesis.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    B, K, device = src.size(0), beam_size, src.device
-    memory, src_mask, _ = model.encode(src)  # (B, S, D)
-    memory = memory.repeat_interleave(K, dim=0)  # (B·K, S, D)
-    src_mask = src_mask.repeat_interleave(K, dim=0)  # (B·K, 1, 1, S)
-    limits = max_lengths(model, src, max_len_offset)  # (B,)
-    L = int(limits.max())
-    dtype = torch.promote_types(model.output_proj.weight.dtype, torch.float32)  # of the scores
-    scores = torch.full((B, K), float("-inf"), dtype=dtype, device=device)
-    scores[:, 0] = 0.0  # all K beams start as the same BOS hypothesis: keep only one of them alive
-    scores = scores.view(-1)  # (B·K,) log P of each live hypothesis
-    tokens = torch.full((B * K, L + 1), bos_id, dtype=torch.long, device=device)  # (B·K, 1 + L)
-    best_scores = torch.full((B,), float("-inf"), dtype=dtype, device=device)  # of the best finished
-    n_finished = torch.zeros(B, dtype=torch.long, device=device)
-    active = torch.arange(B, device=device)  # original sentence of each block of K rows
-    outputs: list[list[int]] = [[] for _ in range(B)]
-    beams = torch.arange(K, device=device)
-    first_k = torch.arange(2 * K, device=device) < K  # (2K,) the K best of the 2K extensions
+    K, device = beam_size, src.device
+    start_id = model.start_id(bos_id)  # BOS, or PAD for Marian-style models
+    beams = _start_beams(model, src, start_id, K, max_len_offset)
+    outputs: list[list[int]] = [[] for _ in range(src.size(0))]
     cache = model.new_cache()
-    for step in range(L):
-        n = active.numel()
-        logits, _, _ = model.decode(tokens[:, step : step + 1], memory, src_mask, cache)  # (n·K, 1, V)
+    for step in range(beams.tokens.size(1) - 1):
+        n = beams.active.numel()
+        inputs = beams.tokens[:, step : step + 1]  # (n·K, 1)
+        logits, _, _ = model.decode(inputs, beams.memory, beams.src_mask, cache)  # (n·K, 1, V)
         if step == 0:
             _contiguous_memory_cache(cache)
-        logits = _next_token_logits(logits, model.pad_id, bos_id)  # (n·K, V)
-        log_probs = torch.log_softmax(logits.to(dtype), dim=-1)  # (n·K, V)
+        logits = _next_token_logits(logits, model.pad_id, start_id, eos_id)  # (n·K, V)
+        log_probs = torch.log_softmax(logits.to(beams.scores.dtype), dim=-1)  # (n·K, V)
         V = log_probs.size(-1)
-        candidates = (scores[:, None] + log_probs).view(n, K * V)  # (n, K·V)
+        candidates = (beams.scores[:, None] + log_probs).view(n, K * V)  # (n, K·V)
         top_scores, top = candidates.topk(2 * K, dim=-1)  # (n, 2K)
         origin = top // V + (torch.arange(n, device=device) * K)[:, None]  # (n, 2K) row extended
         next_tokens = top % V  # (n, 2K)
-        ends = next_tokens == eos_id  # (n, 2K)
-        at_limit = step + 1 >= limits  # (n,) all hypotheses have step + 1 tokens now
-        finishing = (ends | at_limit[:, None]) & first_k & (top_scores > float("-inf"))  # (n, 2K)
-        normalised = top_scores / length_penalty(step + 1, alpha)  # (n, 2K)
-        best_now, pick = normalised.masked_fill(~finishing, float("-inf")).max(dim=-1)  # (n,)
-        improved = best_now > best_scores  # (n,)
-        best_scores = torch.where(improved, best_now, best_scores)
-        n_finished = n_finished + finishing.sum(dim=-1)
-        done = (n_finished >= K) | at_limit  # (n,)
-        improved_rows = improved.nonzero().flatten()  # (n_improved,)
-        if improved_rows.numel():
-            rows = origin[improved_rows, pick[improved_rows]]
-            last = next_tokens[improved_rows, pick[improved_rows]]
-            for i, prefix, token in zip(
-                active[improved_rows].tolist(), tokens[rows, 1 : step + 1].tolist(), last.tolist()
-            ):
-                outputs[i] = prefix if token == eos_id else prefix + [token]
+        done = _finish_hypotheses(
+            beams, top_scores, next_tokens, origin, step, eos_id, length_penalty, outputs
+        )
         # the K best extensions that do not end in EOS live on
-        live_scores, live = top_scores.masked_fill(ends, float("-inf")).topk(K, dim=-1)  # (n, K)
+        live_scores, live = top_scores.masked_fill(next_tokens == eos_id, float("-inf")).topk(K, dim=-1)
         rows = origin.gather(1, live).view(-1)  # (n·K,)
-        scores = live_scores.view(-1)
-        tokens = tokens[rows]
-        tokens[:, step + 1] = next_tokens.gather(1, live).view(-1)
+        beams.scores, beams.tokens = live_scores.view(-1), beams.tokens[rows]
+        beams.tokens[:, step + 1] = next_tokens.gather(1, live).view(-1)
         _select_rows(cache, rows, parts=("self",))  # the memory's keys/values are the same per beam
-        finished_sentences = done.nonzero().flatten()
-        if finished_sentences.numel() == n:
+        if bool(done.all()):
             break
-        if finished_sentences.numel():  # drop the finished sentences from every tensor
-            keep = (~done).nonzero().flatten()  # (n',)
-            rows = (keep[:, None] * K + beams).view(-1)  # (n'·K,)
-            active, limits, best_scores, n_finished = (
-                t[keep] for t in (active, limits, best_scores, n_finished)
-            )
-            scores, tokens, memory, src_mask = (t[rows] for t in (scores, tokens, memory, src_mask))
-            _select_rows(cache, rows)
+        if bool(done.any()):  # drop the finished sentences from every tensor
+            _select_rows(cache, beams.keep((~done).nonzero().flatten()))
     return outputs

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from transformer.config import EvalConfig
 from transformer.data import Batch, iter_batches, make_batches, restore_order
 from transformer.decoding import beam_search, greedy_decode, max_lengths
 from transformer.model import Attention, Transformer
@@ -51,21 +52,20 @@ def translate_ids(
     tokenizer: Tokenizer,
     device,
     autocast,
-    max_tokens: int = 8000,
-    beam_size: int = 1,
-    length_penalty: float = 0.6,
-    max_len_offset: int = 50,
+    settings: EvalConfig,
     progress: str | None = None,
     use_cache: bool = True,
 ) -> list[list[int]]:
     """Decode every source sentence (ids without EOS); batched by length, returned in input order.
 
-    ``progress``: a label for a progress bar over the sentences (None: no bar). ``use_cache=False``:
-    greedy decoding recomputes the whole prefix every step (the slow reference, for benchmarks).
+    ``settings``: the batch size (``max_tokens``), ``beam_size``, ``length_penalty`` and
+    ``max_len_offset`` of an ``EvalConfig``. ``progress``: a label for a progress bar over the sentences
+    (None: no bar). ``use_cache=False``: greedy decoding recomputes the whole prefix every step (the slow
+    reference, for benchmarks).
     """
     model.eval()
     tgt_lengths = [len(s) for s in src_ids]  # a guess of the output length, for batching only
-    batches = make_batches([len(s) for s in src_ids], tgt_lengths, max_tokens, shuffle=False)
+    batches = make_batches([len(s) for s in src_ids], tgt_lengths, settings.max_tokens, shuffle=False)
     empty = [[] for _ in src_ids]
     outputs, order = [], []
     pad, bos, eos = tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id
@@ -74,14 +74,49 @@ def translate_ids(
         bar.update(len(batch.indices))
         src = batch.src.to(device)
         with autocast():
-            if beam_size > 1:
-                hyps = beam_search(model, src, bos, eos, beam_size, length_penalty, max_len_offset)
+            if settings.beam_size > 1:
+                hyps = beam_search(
+                    model, src, bos, eos, settings.beam_size, settings.length_penalty, settings.max_len_offset
+                )
             else:
-                hyps = greedy_decode(model, src, bos, eos, max_len_offset, use_cache)
+                hyps = greedy_decode(model, src, bos, eos, settings.max_len_offset, use_cache)
         outputs += hyps
         order += batch.indices.tolist()
     bar.close()
     return restore_order(outputs, order, len(src_ids))
+
+
+def evaluate_split(
+    model: Transformer, split: tuple[list, list], refs: list[str], tokenizer: Tokenizer, device, autocast,
+    settings: EvalConfig, progress: str | None = None,
+) -> tuple[dict[str, float | str], list[list[int]], list[str]]:  # fmt: skip
+    """Loss and perplexity (teacher-forced) and BLEU / chrF of the translations of one split (source and
+    target ids). Returns (scores, hypothesis ids, detokenized hypotheses)."""
+    src_ids, tgt_ids = split
+    batches = make_batches([len(s) for s in src_ids], [len(t) for t in tgt_ids], settings.max_tokens, False)
+    loss = evaluate_loss(
+        model, iter_batches(src_ids, tgt_ids, batches, *tokenizer.pad_bos_eos), device, autocast
+    )
+    hyp_ids, hyps, scores = translate_and_score(
+        model, src_ids, refs, tokenizer, device, autocast, settings, progress
+    )
+    return loss | scores, hyp_ids, hyps
+
+
+def translate_and_score(
+    model: Transformer,
+    src_ids: Sequence[list[int]],
+    references: list[str],
+    tokenizer: Tokenizer,
+    device,
+    autocast,
+    settings: EvalConfig,
+    progress: str | None = None,
+) -> tuple[list[list[int]], list[str], dict[str, float | str]]:
+    """Translate a split and score it: (hypothesis ids, detokenized hypotheses, ``bleu_chrf``)."""
+    hyp_ids = translate_ids(model, src_ids, tokenizer, device, autocast, settings, progress)
+    hyps = tokenizer.decode_batch(hyp_ids)
+    return hyp_ids, hyps, bleu_chrf(hyps, references)
 
 
 def bleu_chrf(hypotheses: list[str], references: list[str]) -> dict[str, float | str]:

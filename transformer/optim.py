@@ -5,6 +5,8 @@
 It rises linearly for ``warmup_steps`` updates, peaks at step = warmup_steps, then decays as 1/√step.
 """
 
+import math
+
 import torch
 
 from transformer.config import TrainConfig
@@ -37,3 +39,19 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.A
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+def unscale_and_clip(model: torch.nn.Module, optimizer, scaler: torch.amp.GradScaler, max_norm: float):
+    """Undo the fp16 loss scale on the gradients, clip their global norm (0 = no clipping); the norm."""
+    scaler.unscale_(optimizer)
+    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm if max_norm > 0 else math.inf)
+
+
+def scaled_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, lr: float) -> bool:
+    """One update at ``lr``, gradients cleared. False when fp16 overflowed and the scaler skipped it."""
+    set_lr(optimizer, lr)
+    loss_scale = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return not scaler.get_scale() < loss_scale

@@ -1,8 +1,10 @@
-"""Attention heatmaps: one figure per decoder layer (mean of heads) and a grid of one layer's heads.
+"""Attention heatmaps: one figure per layer (mean of heads) and a grid of one layer's heads.
 
-Returns matplotlib figures (for PNG files) or HWC uint8 arrays (for TensorBoard ``add_image``). No writer
-here: ``train.py`` and ``translate.py`` decide where the pictures go.
+``add_attention_figures`` is THE writer of these pictures, for ``train.py`` (validation sentences) and
+``translate.py`` (translated lines): TensorBoard images through the caller's ``SummaryWriter``, and PNG files.
 """
+
+from pathlib import Path
 
 import matplotlib
 
@@ -11,28 +13,41 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+# what the keys (x axis) and queries (y axis) of each kind of attention are
+AXES = {
+    "cross": ("source", "target (predicted)"),
+    "encoder_self": ("source (keys)", "source (queries)"),
+    "decoder_self": ("target input (keys)", "target input (queries)"),
+}
 
-def _draw(ax, weights: np.ndarray, src_labels: list[str], tgt_labels: list[str], title: str) -> None:
+
+def _draw(
+    ax, weights: np.ndarray, src_labels: list[str], tgt_labels: list[str], title: str, kind: str
+) -> None:
     ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=max(float(weights.max()), 1e-6), aspect="auto")
     ax.set_xticks(range(len(src_labels)))
     ax.set_xticklabels(src_labels, rotation=90, fontsize=8)
     ax.set_yticks(range(len(tgt_labels)))
     ax.set_yticklabels(tgt_labels, fontsize=8)
-    ax.set_xlabel("source")
-    ax.set_ylabel("target")
+    ax.set_xlabel(AXES[kind][0])
+    ax.set_ylabel(AXES[kind][1])
     ax.set_title(title, fontsize=9)
 
 
-def attention_figure(weights: torch.Tensor, src_labels: list[str], tgt_labels: list[str], title: str):
+def attention_figure(
+    weights: torch.Tensor, src_labels: list[str], tgt_labels: list[str], title: str, kind: str = "cross"
+):
     """weights (Tq, Tk) -> a labelled heatmap figure."""
     size = (max(4.0, 0.3 * len(src_labels) + 1.5), max(3.0, 0.3 * len(tgt_labels) + 1.5))
     fig, ax = plt.subplots(figsize=size, dpi=80)
-    _draw(ax, weights.float().cpu().numpy(), src_labels, tgt_labels, title)
+    _draw(ax, weights.float().cpu().numpy(), src_labels, tgt_labels, title, kind)
     fig.tight_layout()
     return fig
 
 
-def heads_figure(weights: torch.Tensor, src_labels: list[str], tgt_labels: list[str], title: str):
+def heads_figure(
+    weights: torch.Tensor, src_labels: list[str], tgt_labels: list[str], title: str, kind: str = "cross"
+):
     """weights (H, Tq, Tk) -> a grid of one heatmap per head."""
     H = weights.size(0)
     cols = min(H, 4)
@@ -41,19 +56,11 @@ def heads_figure(weights: torch.Tensor, src_labels: list[str], tgt_labels: list[
     fig, axes = plt.subplots(rows, cols, figsize=(cell[0] * cols, cell[1] * rows), dpi=70, squeeze=False)
     for h, ax in enumerate(axes.flat):
         if h < H:
-            _draw(ax, weights[h].float().cpu().numpy(), src_labels, tgt_labels, f"{title} head {h}")
+            _draw(ax, weights[h].float().cpu().numpy(), src_labels, tgt_labels, f"{title} head {h}", kind)
         else:
             ax.axis("off")
     fig.tight_layout()
     return fig
-
-
-def figure_to_array(fig) -> np.ndarray:
-    """A figure as an (H, W, 3) uint8 image for ``SummaryWriter.add_image(..., dataformats="HWC")``."""
-    fig.canvas.draw()
-    image = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
-    plt.close(fig)
-    return image
 
 
 def alignment_figures(
@@ -73,9 +80,41 @@ def alignment_figures(
     figures = {}
     for i, layer in enumerate(attention):
         figures[f"{kind}/layer_{i}"] = attention_figure(
-            layer.mean(dim=0), src_labels, tgt_labels, f"{kind} layer {i} (mean of heads)"
+            layer.mean(dim=0), src_labels, tgt_labels, f"{kind} layer {i} (mean of heads)", kind
         )
     if heads:
         j = head_layer % len(attention)
-        figures[f"{kind}/heads_layer_{j}"] = heads_figure(attention[j], src_labels, tgt_labels, f"layer {j}")
+        figures[f"{kind}/heads_layer_{j}"] = heads_figure(
+            attention[j], src_labels, tgt_labels, f"layer {j}", kind
+        )
     return figures
+
+
+def add_attention_figures(
+    writer,
+    tag: str,
+    attention,
+    labels: tuple[list[str], list[str], list[str]],
+    step: int,
+    kinds: tuple[str, ...] = ("cross",),
+    png_dir: Path | None = None,
+) -> None:
+    """One sentence's heatmaps to TensorBoard as ``{tag}/{kind}/layer_i`` (and the heads of the last layer
+    for cross-attention); with ``png_dir``, also as files ``{tag}_{kind}_layer_i.png``.
+
+    ``attention``: a ``model.Attention`` of batch size 1; ``labels``: (source pieces, pieces each decoder
+    row predicted, pieces each decoder row read), as ``evaluation.sentence_attention`` returns them.
+    """
+    src_labels, tgt_labels, in_labels = labels
+    axes = {
+        "cross": (src_labels, tgt_labels),
+        "encoder_self": (src_labels,) * 2,
+        "decoder_self": (in_labels,) * 2,
+    }
+    for kind in kinds:
+        layers = [w[0] for w in getattr(attention, kind)]  # (H, Tq, Tk) per layer
+        figures = alignment_figures(layers, *axes[kind], kind, heads=kind == "cross")
+        for name, fig in figures.items():
+            if png_dir is not None:
+                fig.savefig(png_dir / f"{tag}_{name.replace('/', '_')}.png")
+            writer.add_figure(f"{tag}/{name}", fig, step)  # closes the figure

@@ -115,6 +115,11 @@ class Tokenizer:
     def eos_id(self) -> int:
         return EOS_ID
 
+    @property
+    def pad_bos_eos(self) -> tuple[int, int, int]:
+        """The ids ``data.collate`` / ``data.iter_batches`` take, in their order."""
+        return self.pad_id, self.bos_id, self.eos_id
+
     def encode(self, text: str) -> list[int]:
         return self._sp.encode(text)
 

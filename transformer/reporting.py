@@ -1,0 +1,126 @@
+"""What a training run reports: TensorBoard scalars, texts, heatmaps and hyperparameters (tags by split:
+``train/``, ``val/``, ``test/``), and its one-line console summaries. ``train.py`` owns the writer.
+"""
+
+import dataclasses
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+from transformer.config import Config, EvalConfig
+from transformer.evaluation import evaluate_split, sentence_attention
+from transformer.plotting import add_attention_figures
+from transformer.tokenizer import Tokenizer
+
+
+def open_writer(run_dir: Path, config: Config):
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(run_dir))
+    writer.add_text("config", "```\n" + yaml.safe_dump(config.to_dict(), sort_keys=False) + "\n```", 0)
+    return writer
+
+
+def setup_line(model, runtime, n_train_pairs: int, vocab_size: int) -> str:
+    n_params = sum(p.numel() for p in model.parameters())
+    return (
+        f"{n_params / 1e6:.2f}M parameters on {runtime.device} ({runtime.dtype or 'fp32'}), "
+        f"{n_train_pairs} training pairs, vocabulary {vocab_size}"
+    )
+
+
+def log_train_step(
+    writer, progress, step: int, loss: torch.Tensor, lr: float, grad_norm, tokens_per_s: float
+):
+    progress.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:.0f}")
+    for tag, value in (("loss", loss.item()), ("lr", lr), ("tokens_per_s", tokens_per_s)):
+        writer.add_scalar(f"train/{tag}", value, step)
+    writer.add_scalar("train/grad_norm", grad_norm.item(), step)
+
+
+def log_validation(
+    writer, entry: dict, model, tokenizer: Tokenizer, split, refs, hyp_ids, settings: EvalConfig, autocast
+):
+    """The validation scalars, the first ``settings.n_sample_translations`` translations (source, reference,
+    hypothesis) and the attention heatmaps of the first ``settings.n_alignment_sentences`` sentences."""
+    step, src_ids = entry["step"], split[0]
+    for key in ("loss", "ppl", "bleu", "chrf"):
+        writer.add_scalar(f"val/{key}", entry[f"val_{key}"], step)
+    n_samples = min(settings.n_sample_translations, len(hyp_ids))
+    hyps = tokenizer.decode_batch(hyp_ids[:n_samples])
+    samples = [
+        f"**src** {tokenizer.decode(src_ids[i])}  \n**ref** {refs[i]}  \n**hyp** {hyps[i]}"
+        for i in range(n_samples)
+    ]
+    writer.add_text("val/translations", "\n\n".join(samples), step)
+    for n in range(min(settings.n_alignment_sentences, len(src_ids))):
+        with autocast():
+            attention, *labels = sentence_attention(
+                model, tokenizer, src_ids[n], hyp_ids[n], settings.max_len_offset
+            )
+        kinds = ("cross", "encoder_self", "decoder_self")
+        add_attention_figures(writer, f"sentence_{n}", attention, labels, step, kinds)
+
+
+def validate(
+    model, splits, tokenizer: Tokenizer, settings: EvalConfig, runtime, writer, step: int, epoch: int
+):
+    """Validation loss and greedy BLEU / chrF, logged to ``writer`` and printed; returns the history entry.
+
+    ``splits``: a ``data.Splits``; ``runtime``: a ``runtime.Runtime`` (device and autocast)."""
+    t0, greedy = time.perf_counter(), dataclasses.replace(settings, beam_size=1)
+    split, refs, device, autocast = splits.valid, splits.valid_refs, runtime.device, runtime.autocast
+    scores, hyp_ids, _ = evaluate_split(model, split, refs, tokenizer, device, autocast, greedy, "validate")
+    entry = {"step": step, "epoch": epoch} | {f"val_{k}": scores[k] for k in ("loss", "ppl", "bleu", "chrf")}
+    log_validation(writer, entry, model, tokenizer, split, refs, hyp_ids, settings, autocast)
+    print(validation_line(entry, time.perf_counter() - t0), flush=True)
+    return entry
+
+
+def validation_line(entry: dict, seconds: float) -> str:
+    return (
+        f"step {entry['step']} epoch {entry['epoch']}: val loss {entry['val_loss']:.3f} "
+        f"ppl {entry['val_ppl']:.2f} BLEU {entry['val_bleu']:.2f} chrF {entry['val_chrf']:.2f} "
+        f"({seconds:.1f}s)"
+    )
+
+
+def run_results(
+    scores: dict, config: Config, state, stop_reason: str | None, world_size: int, **extra
+) -> dict:
+    """results.json: the test scores, how training went (``state``: train.py's State), ``extra`` facts."""
+    return (
+        {f"test_{k}" if k != "signature" else k: v for k, v in scores.items()}
+        | {
+            "decoding": "greedy" if config.eval.beam_size == 1 else f"beam {config.eval.beam_size}",
+            "best_val_bleu": state.best_bleu,
+            "best_step": state.best_step,
+            "steps": state.step,
+            "epochs_completed": state.epoch,
+            "batches_into_last_epoch": state.batch_in_epoch,
+            "stopped_by": stop_reason,
+            "train_minutes": state.train_seconds / 60.0,
+            "train_tokens": state.train_tokens,
+            "train_tokens_per_s": state.train_tokens * world_size / max(state.train_seconds, 1e-9),
+        }
+        | extra
+        | {"validation": state.history}
+    )
+
+
+def test_line(results: dict) -> str:
+    return (
+        f"test BLEU {results['test_bleu']:.2f} chrF {results['test_chrf']:.2f} ({results['decoding']}, "
+        f"best step {results['best_step']})\n{results['signature']}"
+    )
+
+
+def log_test(writer, config: Config, results: dict, step: int) -> None:
+    """The test BLEU, and the run's hyperparameters with its scores (TensorBoard's HPARAMS tab)."""
+    writer.add_scalar("test/bleu", results["test_bleu"], step)
+    hparams = {f"{section}.{k}": v for section, values in config.to_dict().items() for k, v in values.items()}
+    hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in hparams.items()}
+    metrics = {"hparam/test_bleu": results["test_bleu"], "hparam/best_val_bleu": results["best_val_bleu"]}
+    writer.add_hparams(hparams, metrics, run_name="hparams")

@@ -1,0 +1,85 @@
+"""Where a job runs: the device (THE device resolver of the project), the autocast precision, and, under
+``torchrun``, this process's rank in the process group.
+"""
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+class DeviceError(ValueError):
+    """A device name that cannot be used here; the message names it."""
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """'auto' (CUDA when present), 'cpu', 'cuda', 'cuda:1', ... -> a device, CUDA always with an index.
+
+    A bare 'cuda' means this process's GPU, ``cuda:{local_rank}``: ``torch.cuda.set_device`` and the
+    process group need the index.
+    """
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise DeviceError(f"device {name}: not a device name (auto, cpu, cuda, cuda:1, ...)") from None
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", local_rank)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"device {name}: CUDA is not available here")
+    return device
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """'auto' | 'fp32' | 'bf16' | 'fp16' -> the autocast dtype (None = fp32). 'auto' is bf16 on CUDA."""
+    if precision == "auto":
+        precision = "bf16" if device.type == "cuda" else "fp32"
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+@dataclass
+class Runtime:
+    device: torch.device
+    dtype: torch.dtype | None  # autocast dtype, None = fp32
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def max_over_ranks(self, value: int) -> int:
+        """The largest ``value`` of all processes (a collective: every rank must call it)."""
+        if self.world_size == 1:
+            return value
+        tensor = torch.tensor([value], device=self.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return int(tensor.item())
+
+    def close(self) -> None:
+        """Wait for every process, then leave the process group (under torchrun)."""
+        if self.world_size > 1:
+            dist.barrier()
+            dist.destroy_process_group()
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+
+def setup_runtime(device_name: str, precision: str) -> Runtime:
+    """Device, precision, TF32, and the process group when started by ``torchrun``."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    device = resolve_device(device_name, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    if world_size > 1:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return Runtime(device, autocast_dtype(precision, device), rank, world_size)
