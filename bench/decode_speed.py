@@ -15,6 +15,7 @@ Last line: speedup_cache=<cached greedy sentences/s ÷ uncached greedy sentences
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from pathlib import Path
 import torch
 
 from transformer.checkpoint import CheckpointError, load_for_inference
-from transformer.data import load_multi30k
+from transformer.corpus import load_multi30k
 from transformer.evaluation import bleu_chrf, translate_ids
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +41,7 @@ def parse_args(argv=None):
     parser.add_argument("--limit", type=int, default=0, help="only the first N test sentences (smoke runs)")
     parser.add_argument("--max-tokens", type=int, help="batch size (default: checkpoint eval.max_tokens)")
     parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("--length-penalty", type=float, help="default: the checkpoint's eval.length_penalty")
     parser.add_argument("--train-minutes", type=float, default=5.0, help="budget when training a checkpoint")
     parser.add_argument("--device", default="cpu")
     return parser.parse_args(argv)
@@ -57,13 +58,13 @@ def train_checkpoint(data_dir: str, minutes: float) -> Path:
     return DEFAULT_RUN / "best.pt"
 
 
-def decode(
-    model, src_ids, tokenizer, device, max_tokens, offset, method: dict
-) -> tuple[list[list[int]], float]:
+def decode(model, src_ids, tokenizer, device, settings, method: dict) -> tuple[list[list[int]], float]:
     """(outputs in input order, seconds) of ``translate_ids`` with the decoding options in ``method``."""
     start = time.perf_counter()
+    use_cache = method.pop("use_cache", True)
+    settings = dataclasses.replace(settings, **method)
     outputs = translate_ids(
-        model, src_ids, tokenizer, device, contextlib.nullcontext, max_tokens, max_len_offset=offset, **method
+        model, src_ids, tokenizer, device, contextlib.nullcontext, settings, use_cache=use_cache
     )
     return outputs, time.perf_counter() - start
 
@@ -79,17 +80,15 @@ def main(argv=None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     data = config.data
-    test = load_multi30k(data.src_lang, data.tgt_lang, args.data_dir)["test"]["translation"]
-    if args.limit:
-        test = test[: args.limit]
-    src_ids = tokenizer.encode_batch([pair[data.src_lang] for pair in test])
-    references = [pair[data.tgt_lang] for pair in test]
-    max_tokens = args.max_tokens or config.eval.max_tokens
-    offset = config.eval.max_len_offset
+    test = load_multi30k(data.src_lang, data.tgt_lang, args.data_dir)["test"].head(args.limit)
+    src_ids, references = tokenizer.encode_batch(test.src), test.tgt
+    settings = dataclasses.replace(config.eval, max_tokens=args.max_tokens or config.eval.max_tokens)
+    max_tokens = settings.max_tokens
+    penalty = config.eval.length_penalty if args.length_penalty is None else args.length_penalty
     methods = {
-        "greedy, cache": {},
-        "greedy, no cache": {"use_cache": False},
-        f"beam {args.beam}, cache": {"beam_size": args.beam, "length_penalty": args.alpha},
+        "greedy, cache": {"beam_size": 1},
+        "greedy, no cache": {"beam_size": 1, "use_cache": False},
+        f"beam {args.beam}, cache": {"beam_size": args.beam, "length_penalty": penalty},
     }
     n_params = sum(p.numel() for p in model.parameters())
     print(
@@ -98,10 +97,10 @@ def main(argv=None) -> int:
         flush=True,
     )
     for method in methods.values():  # warm-up: first-call allocations are no one's cost
-        decode(model, src_ids[:8], tokenizer, args.device, max_tokens, offset, method)
+        decode(model, src_ids[:8], tokenizer, args.device, settings, dict(method))
     results = {}
     for name, method in methods.items():
-        outputs, seconds = decode(model, src_ids, tokenizer, args.device, max_tokens, offset, method)
+        outputs, seconds = decode(model, src_ids, tokenizer, args.device, settings, dict(method))
         results[name] = (outputs, len(src_ids) / seconds)
         bleu = bleu_chrf(tokenizer.decode_batch(outputs), references)["bleu"]
         mean_length = sum(len(o) for o in outputs) / max(len(outputs), 1)

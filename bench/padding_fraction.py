@@ -17,13 +17,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere, no install
 
-from transformer.data import (  # noqa: E402
-    cut_into_batches,
-    encode_split,
-    iter_batches,
-    load_multi30k,
-    make_batches,
-)
+from transformer.corpus import load_multi30k  # noqa: E402
+from transformer.data import cut_into_batches, encode_split, iter_batches, make_batches  # noqa: E402
 from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_tokenizer  # noqa: E402
 
 
@@ -59,13 +54,13 @@ def main(argv: list[str] | None = None) -> None:
         tokenizer = Tokenizer(args.tokenizer)
     else:
         start = time.perf_counter()
-        sentences = [pair[lang] for pair in train["translation"] for lang in ("de", "en")]
+        sentences = train.src + train.tgt
         prefix = Path(args.tokenizer).with_suffix("")
         tokenizer = train_tokenizer(sentences, prefix, vocab_size=8000)
         print(f"trained {prefix}.model in {time.perf_counter() - start:.1f} s")
 
     start = time.perf_counter()
-    src_ids, tgt_ids = encode_split(train, tokenizer, "de", "en")
+    src_ids, tgt_ids = encode_split(train, tokenizer)
     print(f"encoded {len(train)} sentence pairs in {time.perf_counter() - start:.2f} s")
     src_lengths, tgt_lengths = [len(s) for s in src_ids], [len(t) for t in tgt_ids]
     n_real = sum(src_lengths) + sum(tgt_lengths) + 2 * len(train)  # + EOS / BOS per side

@@ -8,32 +8,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from test_attention import max_diff_vs_reference, mha_max_diff_vs_torch  # noqa: E402
-from test_stacks import build_stacks, tokens_with_padding  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere, no install
 from transformer.attention import scaled_dot_product_attention  # noqa: E402
-from transformer.masks import causal_mask, decoder_self_mask, padding_mask  # noqa: E402
-
-
-def stacks_max_diff(norm_first: bool) -> tuple[float, float]:
-    ours_enc, ours_dec, ref_enc, ref_dec, (enc_norm, dec_norm) = build_stacks(norm_first)
-    src, tgt = tokens_with_padding(3, 7, [7, 4, 2]), tokens_with_padding(3, 6, [6, 6, 3])
-    x_src, x_tgt = torch.randn(3, 7, 32), torch.randn(3, 6, 32)
-    memory = x_src
-    for layer in ours_enc:
-        memory, _ = layer(memory, padding_mask(src, 0))
-    memory = enc_norm(memory) if norm_first else memory
-    ref_memory = ref_enc(x_src, src_key_padding_mask=src == 0)
-    out = x_tgt
-    for layer in ours_dec:
-        out, _, _ = layer(out, memory, decoder_self_mask(tgt, 0), padding_mask(src, 0))
-    out = dec_norm(out) if norm_first else out
-    ref_out = ref_dec(
-        x_tgt, ref_memory, tgt_mask=~causal_mask(6), tgt_key_padding_mask=tgt == 0,
-        memory_key_padding_mask=src == 0,
-    )  # fmt: skip
-    return (memory - ref_memory).abs().max().item(), (out - ref_out).abs().max().item()
+from transformer.reference import max_diff_vs_reference, mha_max_diff_vs_torch, stacks_max_diff  # noqa: E402
 
 
 def main():

@@ -15,6 +15,7 @@ Last line: ratio_vs_torch=<ours tokens/s ÷ PyTorch tokens/s on the default conf
 
 import argparse
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -68,21 +69,21 @@ class TorchTransformerMT(nn.Module):
 
 
 def real_batches(data_dir: str | None, max_tokens: int, n: int):
-    """n Multi30k training batches (token ids from a small joint BPE), or None when there is no data."""
+    """n Multi30k training batches of at most ``max_tokens`` padded tokens (token ids from a joint BPE 8000).
+
+    Without the data this raises ``DataError``: throughput and MFU of made-up batches would mean nothing.
+    """
     import tempfile
 
-    from transformer.data import encode_split, iter_batches, load_multi30k, make_batches
+    from transformer.corpus import load_multi30k
+    from transformer.data import encode_split, iter_batches, make_batches
     from transformer.tokenizer import train_tokenizer
 
-    try:
-        corpus = load_multi30k("de", "en", data_dir)
-    except Exception as error:  # noqa: BLE001 - benchmark falls back to random batches
-        print(f"no Multi30k ({error}); using random batches")
-        return None, 8000
-    pairs = corpus["train"]["translation"]
+    corpus = load_multi30k("de", "en", data_dir)
+    train = corpus["train"]
     with tempfile.TemporaryDirectory() as tmp:
-        tok = train_tokenizer([p["de"] for p in pairs] + [p["en"] for p in pairs], Path(tmp) / "sp", 8000)
-    src, tgt = encode_split(corpus["train"], tok, "de", "en")
+        tok = train_tokenizer(train.src + train.tgt, Path(tmp) / "sp", 8000)
+    src, tgt = encode_split(train, tok)
     batches = make_batches([len(s) for s in src], [len(t) for t in tgt], max_tokens, True, seed=0)
     return list(iter_batches(src, tgt, batches[:n], 0, 2, 3)), tok.vocab_size
 
@@ -143,13 +144,13 @@ def main():
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="GPU peak (H100/H200 bf16: 989)")
     args = parser.parse_args()
     dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
-    batches, vocab = real_batches(args.data_dir, args.max_tokens, args.steps)
-    if batches is None:
-        from transformer.data import collate
+    from transformer.corpus import DataError
 
-        gen = torch.Generator().manual_seed(0)
-        pairs = [(torch.randint(4, vocab, (15,), generator=gen).tolist(),) * 2 for _ in range(120)]
-        batches = [collate(pairs, range(120), 0, 2, 3)]
+    try:
+        batches, vocab = real_batches(args.data_dir, args.max_tokens, args.steps)
+    except DataError as error:
+        print(f"error: no Multi30k data ({error}); pass --data-dir or set MULTI30K_DIR", file=sys.stderr)
+        return 1
     where = (
         torch.cuda.get_device_name()
         if args.device.startswith("cuda")
@@ -174,4 +175,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

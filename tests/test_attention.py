@@ -5,7 +5,6 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import copy_attention
 
 from transformer.attention import (
     MultiHeadAttention,
@@ -13,7 +12,13 @@ from transformer.attention import (
     scaled_dot_product_attention,
     split_heads,
 )
-from transformer.masks import causal_mask, padding_mask
+from transformer.masks import causal_mask
+from transformer.reference import (
+    max_diff_vs_reference,
+    mha_max_diff_vs_torch,
+    random_padding_mask,
+    random_qkv,
+)
 
 # ---------------------------------------------------------------- worked examples (exact numbers)
 
@@ -40,42 +45,6 @@ def test_worked_example_self_and_causal():
 
 
 # ---------------------------------------------------------------- against F.scaled_dot_product_attention
-
-
-def random_qkv(batch, heads, n_q, n_k, d_k, d_v, dtype, requires_grad=False):
-    shape = lambda n, d: (*batch, heads, n, d)  # noqa: E731
-    return tuple(
-        torch.randn(shape(n, d), dtype=dtype, requires_grad=requires_grad)
-        for n, d in ((n_q, d_k), (n_k, d_k), (n_k, d_v))
-    )
-
-
-def random_padding_mask(batch: int, n_k: int) -> torch.Tensor:
-    """(B, 1, 1, Tk) True = attend, each row with a different number of real keys (at least one)."""
-    lengths = torch.randint(1, n_k + 1, (batch,))
-    return (torch.arange(n_k)[None, :] < lengths[:, None])[:, None, None, :]
-
-
-def max_diff_vs_reference(attention_fn, dtype=torch.float64, mask_kind="padding") -> float:
-    """Largest |ours - F.scaled_dot_product_attention| over several shapes (Tq != Tk included)."""
-    worst = 0.0
-    for B, H, n_q, n_k, d_k, d_v in [(2, 3, 5, 7, 8, 8), (1, 1, 4, 4, 16, 4), (3, 4, 9, 6, 32, 16)]:
-        q, k, v = random_qkv((B,), H, n_q, n_k, d_k, d_v, dtype)
-        if mask_kind == "none":
-            mask = None
-        elif mask_kind == "causal":
-            n_k = n_q
-            q, k, v = random_qkv((B,), H, n_q, n_q, d_k, d_v, dtype)
-            mask = causal_mask(n_q)
-        elif mask_kind == "random":
-            mask = torch.rand(B, H, n_q, n_k) > 0.3
-            mask[..., 0] = True  # keep every row attendable (the reference gives NaN otherwise)
-        else:
-            mask = random_padding_mask(B, n_k)
-        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        out, _ = attention_fn(q, k, v, mask)
-        worst = max(worst, (out - expected).abs().max().item())
-    return worst
 
 
 @pytest.mark.parametrize("mask_kind", ["none", "padding", "causal", "random"])
@@ -190,39 +159,6 @@ def test_split_merge_round_trip_and_layout():
 
 
 # ---------------------------------------------------------------- MultiHeadAttention vs nn.MultiheadAttention
-
-
-def mha_max_diff_vs_torch(d_model=32, n_heads=4) -> float:
-    """Self-attention (causal + key padding) and cross-attention (key padding), outputs and weights."""
-    ours = MultiHeadAttention(d_model, n_heads)
-    theirs = torch.nn.MultiheadAttention(d_model, n_heads, batch_first=True)
-    copy_attention(ours, theirs)
-    B, T, S = 3, 6, 8
-    x, memory = torch.randn(B, T, d_model), torch.randn(B, S, d_model)
-    tgt_tokens = torch.randint(1, 9, (B, T))
-    tgt_tokens[1, 4:] = 0  # padding at the end of sentence 1
-    src_tokens = torch.randint(1, 9, (B, S))
-    src_tokens[0, 5:] = 0
-    worst = 0.0
-    # self-attention: ours True = attend; PyTorch's attn_mask / key_padding_mask True = BLOCKED
-    out, w = ours(x, x, x, causal_mask(T) & padding_mask(tgt_tokens, 0))
-    ref, ref_w = theirs(
-        x, x, x,
-        attn_mask=~causal_mask(T),
-        key_padding_mask=tgt_tokens == 0,
-        need_weights=True,
-        average_attn_weights=False,
-    )  # fmt: skip
-    worst = max(worst, (out - ref).abs().max().item(), (w - ref_w).abs().max().item())
-    # cross-attention: queries from x, keys/values from memory
-    out, w = ours(x, memory, memory, padding_mask(src_tokens, 0))
-    ref, ref_w = theirs(x, memory, memory, key_padding_mask=src_tokens == 0, average_attn_weights=False)
-    worst = max(worst, (out - ref).abs().max().item(), (w - ref_w).abs().max().item())
-    # distinct key and value tensors
-    other = torch.randn(B, S, d_model)
-    out, w = ours(x, memory, other)
-    ref, ref_w = theirs(x, memory, other, average_attn_weights=False)
-    return max(worst, (out - ref).abs().max().item(), (w - ref_w).abs().max().item())
 
 
 @pytest.mark.parametrize("d_model,n_heads", [(32, 4), (24, 3), (16, 1)])

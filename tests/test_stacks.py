@@ -2,48 +2,11 @@
 
 import pytest
 import torch
-from conftest import copy_decoder_layer, copy_encoder_layer, copy_norm
-from torch import nn
 
 from transformer.config import ModelConfig
-from transformer.layers import DecoderLayer, EncoderLayer
+from transformer.layers import EncoderLayer
 from transformer.masks import causal_mask, decoder_self_mask, padding_mask
-
-D, H, FF, N = 32, 4, 64, 3
-
-
-def tokens_with_padding(B: int, T: int, lengths: list[int]) -> torch.Tensor:
-    tokens = torch.randint(1, 20, (B, T))
-    for row, length in enumerate(lengths):
-        tokens[row, length:] = 0
-    return tokens
-
-
-def build_stacks(norm_first: bool):
-    ours_enc = nn.ModuleList(EncoderLayer(D, H, FF, 0.0, norm_first) for _ in range(N))
-    ours_dec = nn.ModuleList(DecoderLayer(D, H, FF, 0.0, norm_first) for _ in range(N))
-    ref_enc = nn.TransformerEncoder(
-        nn.TransformerEncoderLayer(D, H, FF, 0.0, batch_first=True, norm_first=norm_first),
-        N,
-        norm=nn.LayerNorm(D) if norm_first else None,
-        enable_nested_tensor=False,
-    )
-    ref_dec = nn.TransformerDecoder(
-        nn.TransformerDecoderLayer(D, H, FF, 0.0, batch_first=True, norm_first=norm_first),
-        N,
-        norm=nn.LayerNorm(D) if norm_first else None,
-    )
-    for ours, theirs in zip(ours_enc, ref_enc.layers):
-        copy_encoder_layer(ours, theirs)
-    for ours, theirs in zip(ours_dec, ref_dec.layers):
-        copy_decoder_layer(ours, theirs)
-    final_norms = (nn.LayerNorm(D), nn.LayerNorm(D))
-    if norm_first:  # our stacks end with a final LayerNorm in pre-norm, like the reference's `norm`
-        for ours, theirs in zip(final_norms, (ref_enc.norm, ref_dec.norm)):
-            nn.init.normal_(ours.weight)
-            nn.init.normal_(ours.bias)
-            copy_norm(ours, theirs)
-    return ours_enc, ours_dec, ref_enc, ref_dec, final_norms
+from transformer.reference import FF, D, H, build_stacks, tokens_with_padding
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
