@@ -19,7 +19,9 @@ from transformer.marian import MarianError, from_marian, main, to_marian  # noqa
 V, PAD, EOS = 40, 39, 0  # Marian's layout: EOS 0, PAD last, the decoder starts from PAD
 
 
-def random_marian(seed: int = 0, dtype=torch.float64, activation: str = "swish", scale: bool = True, **config):
+def random_marian(
+    seed: int = 0, dtype=torch.float64, activation: str = "swish", scale: bool = True, **config
+):
     """A small MarianMTModel with every weight random: LayerNorms off 1 / 0, a random final_logits_bias."""
     values = dict(
         vocab_size=V, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -235,19 +237,87 @@ def test_eos_is_never_ruled_out():
     assert greedy_decode(model, src, bos_id=3, eos_id=3, max_len_offset=5) == [[], []]
 
 
+class PiecesTokenizer:
+    """What to_ctranslate2 needs from a tokenizer: our special ids and a piece per id."""
+
+    pad_id, unk_id, bos_id, eos_id, vocab_size = 0, 1, 2, 3, V
+
+    def id_to_piece(self, ids: list[int]) -> list[str]:
+        return [["<pad>", "<unk>", "<s>", "</s>"][i] if i < 4 else f"t{i}" for i in ids]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(),
+        dict(activation="swish", norm_first=True, output_bias=True),
+        dict(activation="gelu", sinusoid_layout="halves", scale_embeddings=False, output_bias=True),
+    ],
+)
+def test_ctranslate2_model_decodes_as_our_greedy(tmp_path, options):
+    """Random models, with PAD and BOS made likely: CTranslate2 must rule them out as ours does."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from transformer.marian import to_ctranslate2
+
+    torch.manual_seed(12)
+    config = ModelConfig(d_model=16, n_heads=4, d_ff=32, n_encoder_layers=2, n_decoder_layers=2,
+                         max_positions=64, **options)  # fmt: skip
+    model = Transformer(config, V, V, pad_id=0).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.3 * torch.randn_like(parameter))
+        if config.output_bias:
+            model.output_proj.bias[[0, 2]] += 3.0
+            model.output_proj.bias[3] += 2.5
+    tokenizer = PiecesTokenizer()
+    ids = {piece: i for i, piece in enumerate(tokenizer.id_to_piece(list(range(V))))}
+    to_ctranslate2(model, tokenizer, tmp_path / "ct2")
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu")
+    src = sources(13, B=6).masked_fill(sources(13, B=6) == PAD, 0).masked_fill(sources(13, B=6) == EOS, 3)
+    ours = greedy_decode(model, src, 2, 3, max_len_offset=6)
+    for row, limit, mine in zip(src, max_lengths(model, src, 6).tolist(), ours):
+        pieces = tokenizer.id_to_piece(row[row != 0].tolist())
+        result = translator.translate_batch(
+            [pieces], beam_size=1, max_decoding_length=limit, min_decoding_length=0
+        )[0]
+        assert [ids[piece] for piece in result.hypotheses[0]] == mine
+    assert not config.output_bias or any(
+        len(mine) < limit for mine, limit in zip(ours, max_lengths(model, src, 6).tolist())
+    )
+
+
 # -------- export of a trained checkpoint ------------------------------------------------------------
 
 
-def test_export_decodes_as_our_greedy_in_transformers_and_ctranslate2(tiny_checkpoint, tmp_path):
+def with_eos_bias(checkpoint, path, eos_bias: float):
+    """The checkpoint with ``model.output_bias`` on and ``eos_bias`` on EOS: the tiny model never stops
+    by itself within its limit; this one mostly does (and exports a bias)."""
+    state = torch.load(checkpoint, weights_only=True)
+    state["config"]["model"]["output_bias"] = True
+    bias = torch.zeros(state["model"]["output_proj.weight"].size(0))  # (V,)
+    bias[3] = eos_bias
+    state["model"]["output_proj.bias"] = bias
+    torch.save(state, path)
+    return path
+
+
+@pytest.mark.parametrize("eos_bias", [None, 2.0])
+def test_export_decodes_as_our_greedy_in_transformers_and_ctranslate2(tiny_checkpoint, tmp_path, eos_bias):
     ctranslate2 = pytest.importorskip("ctranslate2")
     from conftest import DATA_DIR
 
     from transformer.checkpoint import load_for_inference
 
+    if eos_bias is not None:
+        tiny_checkpoint = with_eos_bias(tiny_checkpoint, tmp_path / "biased.pt", eos_bias)
     model, tokenizer, config = load_for_inference(tiny_checkpoint)
     assert main(["export", str(tiny_checkpoint), str(tmp_path / "hf"), "--ct2", str(tmp_path / "ct2")]) == 0
     hf_model = transformers.MarianMTModel.from_pretrained(tmp_path / "hf").eval()
     hf_tokenizer = transformers.MarianTokenizer.from_pretrained(tmp_path / "hf")
+    settings = hf_model.generation_config  # our greedy: start from BOS, never PAD or BOS, no forced EOS
+    assert (settings.decoder_start_token_id, settings.pad_token_id, settings.eos_token_id) == (2, 0, 3)
+    assert settings.bad_words_ids == [[0], [2]] and settings.forced_eos_token_id is None
+    assert (hf_model.config.pad_token_id, hf_model.config.decoder_start_token_id) == (0, 2)
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu")
     with gzip.open(DATA_DIR / f"test_2016_flickr.{config.data.src_lang}.gz", "rt", encoding="utf-8") as f:
         lines = [next(f).strip() for _ in range(24)]
@@ -259,12 +329,14 @@ def test_export_decodes_as_our_greedy_in_transformers_and_ctranslate2(tiny_check
         src = torch.tensor([ids])
         ours = greedy_decode(model, src, tokenizer.bos_id, eos, offset)[0]
         limit = int(max_lengths(model, src, offset)[0])
-        theirs = hf_model.generate(input_ids=src, max_new_tokens=limit)[0, 1:].tolist()  # saved settings
+        theirs = hf_model.generate(input_ids=src, max_length=limit + 1)[0, 1:].tolist()  # saved settings
         ends += theirs[-1] == eos
+        if theirs[-1] == eos:  # the saved limit (max_positions) only matters for sentences that run on
+            assert hf_model.generate(input_ids=src)[0, 1:].tolist() == theirs
         assert ours == (theirs[:-1] if theirs[-1] == eos else theirs), line
         pieces = hf_tokenizer.convert_ids_to_tokens(ids)
         result = translator.translate_batch(
             [pieces], beam_size=1, max_decoding_length=limit, min_decoding_length=0
         )[0]
         assert hf_tokenizer.convert_tokens_to_ids(result.hypotheses[0]) == ours, line
-    assert ends > 0
+    assert ends == 0 if eos_bias is None else 0 < ends < len(lines)  # the limit, and both endings
