@@ -1,11 +1,11 @@
 """Training throughput of our hand-written model vs the same model built on torch.nn.Transformer.
 
-Both get the same embeddings, positions, output layer, batches (real Multi30k token-bucket batches when the
-data is there, else random ones of the same shape) and optimizer; steps (forward + backward + Adam) are
-interleaved, ours / theirs / ours / ..., and we compare the medians of target tokens per second.
+Both get the same embeddings, positions, output layer, batches (real Multi30k token-bucket batches; without
+the data the script refuses to run rather than time made-up ones) and optimizer; steps (forward + backward
++ Adam) are interleaved, ours / theirs / ours / ..., and we compare the medians of target tokens per second.
 
     python bench/train_throughput.py [--data-dir ../shared/data/multi30k] [--steps 20] [--sizes default base]
-                                     [--device cuda --precision bf16 --max-tokens 25000]
+                                     [--device cuda --precision bf16 --max-tokens 25000] [--compile]
 
 On CUDA it also reports model FLOP utilisation (MFU): the model's matmul FLOPs per step (forward ×3 for
 forward + backward) ÷ step time ÷ the GPU's peak dense throughput (``--peak-tflops``).
@@ -68,8 +68,9 @@ class TorchTransformerMT(nn.Module):
         return self.output_proj(out)  # (B, T, V)
 
 
-def real_batches(data_dir: str | None, max_tokens: int, n: int):
-    """n Multi30k training batches of at most ``max_tokens`` padded tokens (token ids from a joint BPE 8000).
+def real_batches(data_dir: str | None, max_tokens: int, n: int, vocab_size: int = 8000):
+    """n Multi30k training batches of at most ``max_tokens`` padded tokens (token ids from a joint BPE of
+    ``vocab_size``); returns (batches, vocabulary size).
 
     Without the data this raises ``DataError``: throughput and MFU of made-up batches would mean nothing.
     """
@@ -82,7 +83,7 @@ def real_batches(data_dir: str | None, max_tokens: int, n: int):
     corpus = load_multi30k("de", "en", data_dir)
     train = corpus["train"]
     with tempfile.TemporaryDirectory() as tmp:
-        tok = train_tokenizer(train.src + train.tgt, Path(tmp) / "sp", 8000)
+        tok = train_tokenizer(train.src + train.tgt, Path(tmp) / "sp", vocab_size)
     src, tgt = encode_split(train, tok)
     batches = make_batches([len(s) for s in src], [len(t) for t in tgt], max_tokens, True, seed=0)
     return list(iter_batches(src, tgt, batches[:n], 0, 2, 3)), tok.vocab_size
@@ -102,17 +103,33 @@ def step_flops(c: ModelConfig, B: int, S: int, T: int, V: int) -> float:
     return 3.0 * (encoder + decoder + output)
 
 
-def measure(sizes: ModelConfig, batches, vocab: int, steps: int, device: str, dtype) -> dict:
+def measure(
+    sizes: ModelConfig,
+    batches,
+    vocab: int,
+    steps: int,
+    device: str,
+    dtype,
+    compile_backend: str | None = None,
+) -> dict:
+    """{"ours" | "torch": (median target tokens/s, median model FLOP/s)} over ``steps`` interleaved steps.
+
+    ``compile_backend`` (e.g. "inductor"): our model runs under ``torch.compile(dynamic=True)``, as with
+    ``train.compile``; nn.Transformer stays eager. Compilation happens in the warm-up rounds.
+    """
     torch.manual_seed(0)
-    ours = Transformer(sizes, vocab, vocab, 0)
+    ours = Transformer(sizes, vocab, vocab, 0).to(device)
     theirs = TorchTransformerMT(Transformer(sizes, vocab, vocab, 0))
-    models = {"ours": ours.to(device), "torch": theirs.to(device)}
+    models = {"ours": ours, "torch": theirs.to(device)}
+    if compile_backend is not None:
+        models["ours"] = torch.compile(ours, dynamic=True, backend=compile_backend)
+    warmup = 3 if compile_backend is not None else 2  # rounds that warm up the allocator, caches, compiler
     optimizers = {
         k: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9) for k, m in models.items()
     }
     rates, flops_per_s = {k: [] for k in models}, {k: [] for k in models}
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    for i in range(steps + 2):  # the first two rounds warm up the allocator and caches
+    for i in range(steps + warmup):
         batch = batches[i % len(batches)].to(device)
         for name, model in models.items():
             model.train()
@@ -126,7 +143,7 @@ def measure(sizes: ModelConfig, batches, vocab: int, steps: int, device: str, dt
             optimizers[name].step()
             sync()
             seconds = time.perf_counter() - t0
-            if i >= 2:
+            if i >= warmup:
                 rates[name].append(batch.n_tgt_tokens / seconds)
                 B, S, T = batch.src.size(0), batch.src.size(1), batch.tgt_in.size(1)
                 flops_per_s[name].append(step_flops(sizes, B, S, T, vocab) / seconds)
@@ -142,6 +159,7 @@ def main():
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="GPU peak (H100/H200 bf16: 989)")
+    parser.add_argument("--compile", action="store_true", help="our model under torch.compile (inductor)")
     args = parser.parse_args()
     dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
     from transformer.corpus import DataError
@@ -159,7 +177,8 @@ def main():
     print(f"torch {torch.__version__}, {args.device} ({where}), {args.precision}, {len(batches)} batches")
     ratios = {}
     for name in args.sizes:
-        result = measure(SIZES[name], batches, vocab, args.steps, args.device, dtype)
+        backend = "inductor" if args.compile else None
+        result = measure(SIZES[name], batches, vocab, args.steps, args.device, dtype, backend)
         (ours, ours_flops), (theirs, theirs_flops) = result["ours"], result["torch"]
         ratios[name] = ours / theirs
         line = (

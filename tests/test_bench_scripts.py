@@ -1,0 +1,87 @@
+"""The benchmark scripts the GPU run relies on: train_throughput refuses to time made-up batches and honours
+--max-tokens; decode_speed never trains behind the user's back and decodes an inference-only checkpoint made
+beforehand (``python -m transformer.slim``) exactly as the training checkpoint it came from."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import DATA_DIR, needs_data
+
+from transformer.checkpoint import CheckpointError, load_checkpoint, load_for_inference
+from transformer.slim import main as slim_main
+from transformer.slim import slim_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+import decode_speed  # noqa: E402
+import train_throughput  # noqa: E402
+
+
+def test_throughput_refuses_without_data(tmp_path, monkeypatch, capsys):
+    """Before: one random batch, --max-tokens ignored, an MFU of nothing. After: exit 1 and why."""
+    monkeypatch.setattr(sys, "argv", ["train_throughput.py", "--data-dir", str(tmp_path), "--steps", "1"])
+    assert train_throughput.main() == 1
+    err = capsys.readouterr().err
+    assert "no Multi30k data" in err and "file not found" in err
+
+
+@needs_data
+def test_throughput_batches_are_real_and_honour_max_tokens():
+    batches, vocab = train_throughput.real_batches(str(DATA_DIR), 600, 5, vocab_size=300)
+    assert len(batches) == 5 and vocab == 300
+    for batch in batches:
+        B, S, T = batch.src.size(0), batch.src.size(1), batch.tgt_in.size(1)
+        assert B * (S + T) <= 600 or B == 1
+        assert batch.n_tgt_tokens == int((batch.tgt_out != 0).sum())  # real sentences, padded at the end
+
+
+def test_decode_speed_without_checkpoint_refuses_instead_of_training(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(decode_speed, "DEFAULT_RUN", tmp_path / "none")
+    monkeypatch.setattr(decode_speed, "train_checkpoint", lambda *a: pytest.fail("trained a checkpoint"))
+    assert decode_speed.main(["--data-dir", str(tmp_path)]) == 1
+    assert "--train-minutes" in capsys.readouterr().err
+
+
+def test_slim_keeps_config_model_and_tokenizer_only(tiny_checkpoint, tmp_path):
+    full = load_checkpoint(tiny_checkpoint)
+    slim = tmp_path / "slim.pt"
+    assert slim_main([str(tiny_checkpoint), str(slim)]) == 0
+    state = torch.load(slim, weights_only=True)
+    assert set(state) == {"config", "model", "tokenizer"}
+    assert all(torch.equal(state["model"][k], v) for k, v in full["model"].items())
+    assert {"optimizer", "state", "rng"} <= set(full)  # what the slim one leaves out
+    (model_a, tok_a, config_a), (model_b, tok_b, config_b) = map(load_for_inference, (tiny_checkpoint, slim))
+    assert config_a == config_b and tok_a.to_bytes() == tok_b.to_bytes()
+    src = torch.tensor([tok_a.encode("Ein Hund rennt durch den Schnee.") + [tok_a.eos_id]])  # (1, S)
+    tgt_in = torch.tensor([[tok_a.bos_id, 5, 6]])  # (1, T)
+    assert torch.equal(model_a(src, tgt_in), model_b(src, tgt_in))
+
+
+def test_slim_bf16_halves_the_weights_and_still_loads(tiny_checkpoint, tmp_path):
+    fp32, bf16 = tmp_path / "fp32.pt", tmp_path / "bf16.pt"
+    slim_checkpoint(tiny_checkpoint, fp32)
+    slim_checkpoint(tiny_checkpoint, bf16, "bf16")
+    weights = [torch.load(p, weights_only=True)["model"].values() for p in (fp32, bf16)]
+    n_bytes = [sum(t.numel() * t.element_size() for t in w if t.is_floating_point()) for w in weights]
+    assert n_bytes[1] * 2 == n_bytes[0]
+    model, _, _ = load_for_inference(bf16)
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # rounded weights, float32 model
+
+
+def test_slim_refuses_a_bad_checkpoint_with_one_line(tmp_path, capsys):
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    assert slim_main([str(tmp_path / "bad.pt"), str(tmp_path / "out.pt")]) == 1
+    assert "truncated or corrupted" in capsys.readouterr().err and not (tmp_path / "out.pt").exists()
+    with pytest.raises(CheckpointError):
+        slim_checkpoint(tmp_path / "missing.pt", tmp_path / "out.pt")
+
+
+def test_decode_speed_runs_on_a_slim_checkpoint(tiny_checkpoint, tmp_path, capsys):
+    slim = tmp_path / "slim.pt"
+    slim_checkpoint(tiny_checkpoint, slim)
+    argv = ["--checkpoint", str(slim), "--data-dir", str(DATA_DIR), "--limit", "8", "--beam", "2"]
+    assert decode_speed.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "cached and uncached greedy outputs identical: yes" in out and "speedup_cache=" in out

@@ -1,0 +1,50 @@
+"""The device resolver without a GPU: CUDA always comes back with an index (``torch.cuda.set_device`` raises
+for a bare ``cuda``, which crashed every single-GPU run), and a bad name is an error that names it."""
+
+import pytest
+import torch
+
+from transformer.runtime import DeviceError, resolve_device
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+
+@pytest.mark.parametrize("name", ["auto", "cuda"])
+@pytest.mark.parametrize("local_rank", [0, 3])
+def test_auto_and_cuda_resolve_to_this_process_gpu(fake_cuda, name, local_rank):
+    device = resolve_device(name, local_rank)
+    assert device == torch.device("cuda", local_rank) and device.index == local_rank
+
+
+def test_an_explicit_index_is_kept(fake_cuda):
+    assert resolve_device("cuda:1", local_rank=0) == torch.device("cuda", 1)
+
+
+def test_without_cuda_auto_is_the_cpu_and_cuda_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
+    assert resolve_device("cpu", local_rank=2) == torch.device("cpu")
+    with pytest.raises(DeviceError, match="device cuda: CUDA is not available"):
+        resolve_device("cuda")
+
+
+@pytest.mark.parametrize("name", ["gpu", "cuda:x", "tpu0"])
+def test_a_bad_name_is_an_error_naming_it(fake_cuda, name):
+    with pytest.raises(DeviceError, match=f"device {name}: not a device name"):
+        resolve_device(name)
+
+
+def test_set_device_accepts_what_resolve_device_returns(fake_cuda):
+    """The defect itself: torch.cuda.set_device refuses a bare 'cuda' before it looks for a GPU; the resolved
+    device passes that check (on a CPU build it then fails only for want of CUDA)."""
+    with pytest.raises(ValueError, match="index"):
+        torch.cuda.set_device(torch.device("cuda"))
+    try:
+        torch.cuda.set_device(resolve_device("auto"))
+    except ValueError as error:
+        pytest.fail(f"set_device refused the resolved device: {error}")
+    except (AttributeError, RuntimeError, AssertionError):
+        pass  # no CUDA in this build
