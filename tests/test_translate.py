@@ -7,11 +7,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
+from conftest import DATA_DIR
 
+import transformer.translator as translator_module
 import translate
 from transformer.checkpoint import load_for_inference
+from transformer.corpus import read_lines
 from transformer.decoding import beam_search, greedy_decode
+from transformer.translator import encode_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 SENTENCES = [
@@ -62,9 +67,9 @@ def test_arguments_stdin_and_file_give_the_same_lines_in_input_order(
 
 def test_blank_lines_give_empty_lines_without_running_the_model(tiny_checkpoint, capsys, monkeypatch):
     seen = []
-    real = translate.translate_ids
+    real = translator_module.translate_ids
     monkeypatch.setattr(
-        translate,
+        translator_module,
         "translate_ids",
         lambda model, src_ids, *a: seen.extend(src_ids) or real(model, src_ids, *a),
     )
@@ -87,7 +92,7 @@ def test_invalid_utf8_is_replaced_with_a_warning_naming_the_line(tiny_checkpoint
 
 def test_long_lines_are_truncated_with_a_warning_naming_the_line(tiny_checkpoint, capsys):
     _, tokenizer, _ = load_for_inference(tiny_checkpoint)
-    sources = translate.encode_lines(["Hund " * 40, "", "Hund"], tokenizer, 10, "in.de line {n}")
+    sources = encode_lines(["Hund " * 40, "", "Hund"], tokenizer, 10, "in.de line {n}")
     assert [None if s is None else len(s) for s in sources] == [10, None, len(tokenizer.encode("Hund"))]
     err = capsys.readouterr().err
     assert err.startswith("warning: in.de line 1:") and "truncated to the model's limit of 10" in err
@@ -230,3 +235,205 @@ def test_input_errors_are_one_line_errors(tiny_checkpoint, tmp_path, capsys):
             assert code == 2 and "SENTENCEs or --input" in err
         else:
             assert code == 1 and err.startswith("error: ") and message in err and err.count("\n") == 1, err
+
+
+# ------------------------------------------------------------------ issue 12: scores, n-best, alignments
+
+
+def fields(lines: list[str]) -> list[list[str]]:
+    return [line.split("\t") for line in lines]
+
+
+def api(checkpoint, **settings):
+    from transformer.translator import Translator
+
+    return Translator.from_checkpoint(checkpoint, "cpu", **settings)
+
+
+def test_nbest_gives_n_ranked_lines_whose_first_is_the_plain_output(tiny_checkpoint, capsys):
+    base = ["--checkpoint", str(tiny_checkpoint), "--beam", "4"]
+    _, plain, _ = run(base + SENTENCES, capsys)
+    code, lines, err = run(base + ["--nbest", "3"] + SENTENCES, capsys)
+    assert code == 0 and err == "" and len(lines) == 3 * len(SENTENCES)
+    rows = fields(lines)
+    assert [(r[0], r[1]) for r in rows] == [(str(n), str(k)) for n in (1, 2, 3) for k in (1, 2, 3)]
+    assert [r[3] for r in rows if r[1] == "1"] == plain
+    assert all(float(r[2]) < 0 for r in rows)
+    code, with_scores, _ = run(base + ["--with-scores"] + SENTENCES, capsys)
+    assert code == 0 and [line.split("\t") for line in with_scores] == [
+        [r[2], r[3]] for r in rows if r[1] == "1"
+    ]
+
+
+def test_score_reference_of_the_nbest_gives_the_same_numbers(tiny_checkpoint, tmp_path, capsys):
+    """Every n-best hypothesis that ends with EOS and whose text encodes back to its ids, scored by
+    --score-reference given its source: the same log-prob to 1e-4."""
+    sources = read_lines(DATA_DIR / "val.de.gz")[:40]  # the tiny model's outputs often end at the limit
+    (tmp_path / "val.de").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+    base = ["--checkpoint", str(tiny_checkpoint), "--device", "cpu"]
+    code, lines, _ = run(base + ["--beam", "4", "--nbest", "4", "--input", str(tmp_path / "val.de")], capsys)
+    translator = api(tiny_checkpoint)
+    found = translator.translate_ids(translator.encode(sources), beam=4, nbest=4)
+    checked = [
+        (row, sources[int(row[0]) - 1])
+        for row, hyp in zip(fields(lines), [h for hyps in found for h in hyps])
+        if hyp.ended and translator.tokenizer.encode(row[3]) == hyp.ids
+    ]
+    assert code == 0 and len(checked) >= 10, "too few hypotheses to compare"
+    (tmp_path / "src.de").write_text("".join(src + "\n" for _, src in checked), encoding="utf-8")
+    (tmp_path / "hyp.en").write_text("".join(row[3] + "\n" for row, _ in checked), encoding="utf-8")
+    code, scores, err = run(
+        base + ["--input", str(tmp_path / "src.de"), "--score-reference", str(tmp_path / "hyp.en")], capsys
+    )
+    assert code == 0 and err == ""
+    for (row, _), score in zip(checked, fields(scores), strict=True):
+        total, n_tokens, mean = float(score[0]), int(score[1]), float(score[2])
+        assert abs(total - float(row[2])) <= 1e-4
+        assert (
+            n_tokens == len(translator.tokenizer.encode(row[3])) + 1 and abs(mean - total / n_tokens) < 1e-5
+        )
+
+
+def test_score_reference_keeps_the_line_contract(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    ref = tmp_path / "ref.en"
+    ref.write_bytes(b"A dog runs.\nNothing here.\nTwo \xff men.\n\n")
+    stdin = f"{SENTENCES[0]}\n\n{SENTENCES[1]}\n{SENTENCES[2]}\n".encode()
+    code, lines, err = run(
+        ["--checkpoint", str(tiny_checkpoint), "--score-reference", str(ref)], capsys, stdin, monkeypatch
+    )
+    assert code == 0 and len(lines) == 4
+    assert lines[1] == "0.000000\t0\t0.000000"  # a blank input line: nothing scored
+    assert fields(lines)[3][1] == "1"  # a blank reference: its EOS alone
+    assert all("nan" not in line for line in lines)
+    assert f"{ref} line 3: invalid UTF-8" in err and err.count("\n") == 1
+    ref.write_text("one\ntwo\n")
+    monkeypatch.setattr(translator_module.Translator, "score_ids", lambda *a: pytest.fail("work was done"))
+    code, lines, err = run(
+        ["--checkpoint", str(tiny_checkpoint), "--score-reference", str(ref)] + SENTENCES, capsys
+    )
+    assert (code, lines) == (1, [])
+    assert err == f"error: --score-reference {ref} has 2 lines but the input has 3\n"
+
+
+def test_nbest_larger_than_the_beam_is_a_one_line_error_before_any_work(tiny_checkpoint, capsys, monkeypatch):
+    monkeypatch.setattr(translator_module.Translator, "translate_ids", lambda *a, **k: pytest.fail("work"))
+    code, lines, err = run(["--checkpoint", str(tiny_checkpoint), "--beam", "2", "--nbest", "3", "x"], capsys)
+    assert (code, lines) == (1, []) and err.startswith("error: --nbest 3 is more than the beam size 2")
+    assert err.count("\n") == 1
+    code, lines, err = run(["--checkpoint", str(tiny_checkpoint), "--nbest", "2", "x"], capsys)
+    assert code == 1 and "beam size 1" in err  # the checkpoint's beam
+    code, _, err = run(
+        ["--checkpoint", str(tiny_checkpoint), "--score-reference", "r", "--nbest", "2", "x"], capsys
+    )
+    assert code == 2 and "no --nbest" in err
+
+
+def test_alignments_are_pharaoh_pairs_within_the_word_counts(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    align = tmp_path / "out.align"
+    stdin = f"{SENTENCES[0]}\n\n{SENTENCES[2]}\n".encode()
+    base = ["--checkpoint", str(tiny_checkpoint), "--beam", "2", "--alignments", str(align)]
+    code, hyps, _ = run(base, capsys, stdin, monkeypatch)
+    sources = [SENTENCES[0], "", SENTENCES[2]]
+    assert code == 0
+    pairs = align.read_text(encoding="utf-8").split("\n")
+    assert len(pairs) == 4 and pairs[1] == "" and pairs[3] == ""
+    for line, src, hyp in zip(pairs, sources, hyps):
+        links = [tuple(map(int, link.split("-"))) for link in line.split()]
+        assert all(0 <= i < len(src.split()) and 0 <= j < len(hyp.split()) for i, j in links)
+        assert {j for _, j in links} == set(range(len(hyp.split())))  # every target word is linked
+    translator = api(tiny_checkpoint, beam_size=2)
+    assert pairs[0] == " ".join(f"{i}-{j}" for i, j in translator.alignments(SENTENCES[0], hyps[0]))
+    ref = tmp_path / "ref.en"
+    ref.write_text("A dog runs through the snow .\n\nA woman in a red hat sits at the table.\n")
+    argv = ["--checkpoint", str(tiny_checkpoint), "--score-reference", str(ref), "--alignments", str(align)]
+    code, _, _ = run(argv + ["--align-layer", "-1"], capsys, stdin, monkeypatch)
+    lines = align.read_text(encoding="utf-8").split("\n")
+    assert code == 0 and max(int(link.split("-")[1]) for link in lines[0].split()) == 6  # 7 reference words
+    assert lines[0] == " ".join(
+        f"{i}-{j}" for i, j in translator.alignments(SENTENCES[0], "A dog runs through the snow .")
+    )
+    code, _, err = run(argv + ["--align-layer", "1"], capsys, stdin, monkeypatch)
+    assert code == 1 and "--align-layer 1: the decoder has 1 layers" in err
+
+
+def test_attention_out_holds_every_layer_and_head_with_labels(tiny_checkpoint, tmp_path, capsys):
+    import numpy as np
+
+    out = tmp_path / "attention.npz"
+    code, hyps, _ = run(
+        ["--checkpoint", str(tiny_checkpoint), "--attention-out", str(out)] + SENTENCES[:2], capsys
+    )
+    assert code == 0
+    arrays = np.load(out, allow_pickle=False)
+    attention = api(tiny_checkpoint).attention(SENTENCES[1])  # the greedy translation, as the CLI
+    for n in (1, 2):
+        S, T = len(arrays[f"line_0000{n}/source_pieces"]), len(arrays[f"line_0000{n}/target_pieces"])
+        assert arrays[f"line_0000{n}/cross"].shape == (1, 2, T, S)  # (L, H, T, S) of the tiny model
+        assert arrays[f"line_0000{n}/encoder_self"].shape == (1, 2, S, S)
+        assert arrays[f"line_0000{n}/decoder_self"].shape == (1, 2, T, T)
+        assert np.allclose(arrays[f"line_0000{n}/cross"].sum(-1), 1.0, atol=1e-5)
+    assert list(arrays["line_00002/source_pieces"]) == attention.source_pieces
+    assert np.allclose(arrays["line_00002/cross"][0], attention.cross[0].numpy(), atol=1e-6)
+
+
+def test_attention_with_score_reference_draws_the_reference(tiny_checkpoint, tmp_path, capsys):
+    out, ref = tmp_path / "attention", tmp_path / "ref.en"
+    ref.write_text("A dog runs through the snow.\n")
+    argv = ["--checkpoint", str(tiny_checkpoint), "--attention", str(out), "--score-reference", str(ref)]
+    code, _, _ = run(argv + SENTENCES[:1], capsys)
+    assert code == 0 and (out / "line_00001_cross_layer_0.png").is_file()
+    table = (out / "line_00001_cross_top_sources.md").read_text(encoding="utf-8")
+    tokenizer = api(tiny_checkpoint).tokenizer
+    pieces = tokenizer.id_to_piece(tokenizer.encode("A dog runs through the snow."))
+    rows = [line.split(" | ")[0].removeprefix("| ") for line in table.split("\n") if line.startswith("| ")]
+    assert rows[2:] == pieces + ["</s>"]  # after the header rows: the reference's pieces, teacher-forced
+
+
+def test_stream_answers_each_line_before_stdin_is_closed(tiny_checkpoint):
+    import select
+
+    command = [sys.executable, str(ROOT / "translate.py"), "--checkpoint", str(tiny_checkpoint), "--stream"]
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+    try:
+        answers = []
+        for sentence in SENTENCES[:2]:
+            process.stdin.write(sentence.encode() + b"\n")
+            process.stdin.flush()
+            ready, _, _ = select.select([process.stdout], [], [], 120)
+            assert ready, "no answer within 120 s while stdin is still open"
+            answers.append(process.stdout.readline().decode().rstrip("\n"))
+        process.stdin.write(b"\n")
+        process.stdin.close()
+        rest = process.stdout.read().decode()
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+    assert answers == expected(tiny_checkpoint, SENTENCES[:2]) and rest == "\n"
+
+
+def test_precision_fp32_is_the_cpu_default_and_others_run(tiny_checkpoint, capsys):
+    base = ["--checkpoint", str(tiny_checkpoint), "--device", "cpu"]
+    _, plain, _ = run(base + SENTENCES, capsys)
+    assert run(base + ["--precision", "fp32"] + SENTENCES, capsys) == (0, plain, "")
+    code, lines, _ = run(base + ["--precision", "bf16"] + SENTENCES, capsys)
+    assert code == 0 and len(lines) == 3
+    code, _, err = run(base + ["--precision", "fp8", "x"], capsys)
+    assert code == 2 and "--precision" in err
+
+
+def test_api_and_cli_give_identical_outputs(tiny_checkpoint, tmp_path, capsys):
+    translator = api(tiny_checkpoint, beam_size=3)
+    base = ["--checkpoint", str(tiny_checkpoint), "--beam", "3"]
+    assert run(base + SENTENCES, capsys)[1] == translator.translate(SENTENCES)
+    nbest = translator.translate(SENTENCES, nbest=2, with_scores=True)
+    want = [f"{n}\t{k}\t{p:.6f}\t{t}" for n, hyps in enumerate(nbest, 1) for k, (t, p) in enumerate(hyps, 1)]
+    assert run(base + ["--nbest", "2"] + SENTENCES, capsys)[1] == want
+    ref = tmp_path / "ref.en"
+    refs = ["A dog runs.", "Two men.", "A woman sits."]
+    ref.write_text("".join(r + "\n" for r in refs))
+    code, lines, _ = run(
+        ["--checkpoint", str(tiny_checkpoint), "--score-reference", str(ref)] + SENTENCES, capsys
+    )
+    assert [float(f[0]) for f in fields(lines)] == pytest.approx(translator.score(SENTENCES, refs), abs=1e-6)

@@ -127,6 +127,7 @@ class EvalConfig:
     length_penalty: float = 0.6  # α of the beam search length penalty
     max_len_offset: int = 50  # decode at most source length + this many tokens (§6.1)
     n_alignment_sentences: int = 3  # validation sentences drawn as attention heatmaps
+    alignment_references: bool = False  # also draw them teacher-forced on the reference
     n_sample_translations: int = 5  # validation translations logged as text
 
 

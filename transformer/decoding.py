@@ -153,10 +153,12 @@ def _start_beams(model: Transformer, src: torch.Tensor, start_id: int, K: int, m
 
 
 def _finish_hypotheses(
-    beams: _Beams, top_scores, next_tokens, origin, step: int, eos_id: int, length_penalty: float, outputs
-) -> torch.Tensor:
+    beams: _Beams, top_scores, next_tokens, origin, step: int, eos_id: int, length_penalty: float, outputs,
+    finished: list[list[tuple[float, list[int], float]]] | None = None,
+) -> torch.Tensor:  # fmt: skip
     """Finish the extensions that end in EOS (or reach the limit) among the K best of the 2K; keep each
-    sentence's best in ``outputs``. top_scores / next_tokens / origin (n, 2K). Returns done (n,) bool."""
+    sentence's best in ``outputs`` and, given ``finished``, every finished hypothesis as (log P / lp, ids,
+    log P) in the order found. top_scores / next_tokens / origin (n, 2K). Returns done (n,) bool."""
     K = top_scores.size(1) // 2
     first_k = torch.arange(2 * K, device=top_scores.device) < K  # (2K,)
     at_limit = step + 1 >= beams.limits  # (n,) all hypotheses have step + 1 tokens now
@@ -167,6 +169,10 @@ def _finish_hypotheses(
     improved = best_now > beams.best_scores  # (n,)
     beams.best_scores = torch.where(improved, best_now, beams.best_scores)
     beams.n_finished = beams.n_finished + finishing.sum(dim=-1)
+    if finished is not None:
+        _collect_finished(
+            beams, finishing, normalised, top_scores, next_tokens, origin, step, eos_id, finished
+        )
     improved_rows = improved.nonzero().flatten()  # (n_improved,)
     if improved_rows.numel():
         rows = origin[improved_rows, pick[improved_rows]]
@@ -178,6 +184,23 @@ def _finish_hypotheses(
     return (beams.n_finished >= K) | at_limit  # (n,)
 
 
+def _collect_finished(
+    beams: _Beams, finishing, normalised, top_scores, next_tokens, origin, step, eos_id, finished
+):
+    """Append every finishing extension to its sentence's list in ``finished``: row-major order (earlier
+    steps first, then by rank), so that a stable sort by score breaks ties as ``outputs`` does."""
+    sentences, ranks = finishing.nonzero(as_tuple=True)  # (n_finishing,) each
+    rows = origin[sentences, ranks]  # (n_finishing,) the hypothesis each one extends
+    for i, prefix, token, norm, log_p in zip(
+        beams.active[sentences].tolist(),
+        beams.tokens[rows, 1 : step + 1].tolist(),
+        next_tokens[sentences, ranks].tolist(),
+        normalised[sentences, ranks].tolist(),
+        top_scores[sentences, ranks].tolist(),
+    ):
+        finished[i].append((norm, prefix if token == eos_id else prefix + [token], log_p))
+
+
 @torch.no_grad()
 def beam_search(
     model: Transformer,
@@ -187,8 +210,12 @@ def beam_search(
     beam_size: int,
     length_penalty: float,
     max_len_offset: int,
+    finished: list[list[tuple[float, list[int], float]]] | None = None,
 ) -> list[list[int]]:
     """src (B, S) -> B token-id lists: the best finished hypothesis by log P(Y|X) / lp(|Y|).
+
+    ``finished``: B empty lists, to receive every finished hypothesis of each sentence as (log P / lp,
+    ids, log P) (see ``beam_search_nbest``).
 
     Each sentence keeps K live hypotheses. Every step takes the 2K best one-token extensions by log P
     (at most K of them end in EOS, so K others can live on): an extension ending in EOS that ranks among
@@ -220,7 +247,7 @@ def beam_search(
         origin = top // V + (torch.arange(n, device=device) * K)[:, None]  # (n, 2K) row extended
         next_tokens = top % V  # (n, 2K)
         done = _finish_hypotheses(
-            beams, top_scores, next_tokens, origin, step, eos_id, length_penalty, outputs
+            beams, top_scores, next_tokens, origin, step, eos_id, length_penalty, outputs, finished
         )
         # the K best extensions that do not end in EOS live on
         live_scores, live = top_scores.masked_fill(next_tokens == eos_id, float("-inf")).topk(K, dim=-1)
@@ -233,3 +260,28 @@ def beam_search(
         if bool(done.any()):  # drop the finished sentences from every tensor
             _select_rows(cache, beams.keep((~done).nonzero().flatten()))
     return outputs
+
+
+def beam_search_nbest(
+    model: Transformer,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int,
+    length_penalty: float,
+    max_len_offset: int,
+    nbest: int,
+) -> list[list[tuple[list[int], float]]]:
+    """src (B, S) -> per sentence, its ``nbest`` best finished hypotheses as (ids, log P(Y|X)), best first.
+
+    The same search as ``beam_search`` (its first hypothesis is ``beam_search``'s output), ranked by
+    log P / lp(|Y|) like it; log P is the natural-log probability of the tokens and of EOS (a hypothesis
+    stopped at the length limit has no EOS, and its log P none). ``nbest`` <= ``beam_size``: a sentence
+    may finish with only K hypotheses.
+    """
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest must be in [1, beam_size={beam_size}], got {nbest}")
+    finished: list[list[tuple[float, list[int], float]]] = [[] for _ in range(src.size(0))]
+    beam_search(model, src, bos_id, eos_id, beam_size, length_penalty, max_len_offset, finished)
+    ranked = [sorted(hyps, key=lambda h: -h[0])[:nbest] for hyps in finished]  # stable: first found wins ties
+    return [[(ids, log_p) for _, ids, log_p in hyps] for hyps in ranked]

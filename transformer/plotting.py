@@ -90,6 +90,32 @@ def alignment_figures(
     return figures
 
 
+def top_sources_table(
+    attention: list[torch.Tensor], src_labels: list[str], tgt_labels: list[str], k: int = 3
+) -> str:
+    """The tabular view of cross-attention: for each layer, a Markdown table with a row per target token
+    and a column per head, each cell the ``k`` source tokens that head attends to most, with their weights.
+    ``attention``: a list over layers of (H, T, S) weights for one sentence."""
+    cell = lambda label: label.replace("|", "\\|")  # noqa: E731 (a "|" would end the table cell)
+    parts = []
+    for i, layer in enumerate(attention):
+        H = layer.size(0)
+        weights, sources = layer.float().topk(min(k, layer.size(-1)), dim=-1)  # (H, T, k) each
+        lines = [f"**layer {i}**", "", "| target | " + " | ".join(f"head {h}" for h in range(H)) + " |"]
+        lines.append("|" + " --- |" * (H + 1))
+        for t, label in enumerate(tgt_labels):
+            cells = [
+                ", ".join(
+                    f"{cell(src_labels[s])} {w:.2f}"
+                    for w, s in zip(weights[h, t].tolist(), sources[h, t].tolist())
+                )
+                for h in range(H)
+            ]
+            lines.append(f"| {cell(label)} | " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
+
+
 def add_attention_figures(
     writer,
     tag: str,
@@ -100,7 +126,9 @@ def add_attention_figures(
     png_dir: Path | None = None,
 ) -> None:
     """One sentence's heatmaps to TensorBoard as ``{tag}/{kind}/layer_i`` (and the heads of the last layer
-    for cross-attention); with ``png_dir``, also as files ``{tag}_{kind}_layer_i.png``.
+    for cross-attention); with ``png_dir``, also as files ``{tag}_{kind}_layer_i.png``. For
+    cross-attention also the ``top_sources_table``: text ``{tag}/cross/top_sources``, file
+    ``{tag}_cross_top_sources.md``.
 
     ``attention``: a ``model.Attention`` of batch size 1; ``labels``: (source pieces, pieces each decoder
     row predicted, pieces each decoder row read), as ``evaluation.sentence_attention`` returns them.
@@ -113,6 +141,11 @@ def add_attention_figures(
     }
     for kind in kinds:
         layers = [w[0] for w in getattr(attention, kind)]  # (H, Tq, Tk) per layer
+        if kind == "cross":
+            table = top_sources_table(layers, *axes[kind])
+            writer.add_text(f"{tag}/cross/top_sources", table, step)
+            if png_dir is not None:
+                (png_dir / f"{tag}_cross_top_sources.md").write_text(table + "\n", encoding="utf-8")
         figures = alignment_figures(layers, *axes[kind], kind, heads=kind == "cross")
         for name, fig in figures.items():
             if png_dir is not None:

@@ -44,7 +44,9 @@ def log_validation(
     writer, entry: dict, model, tokenizer: Tokenizer, split, refs, hyp_ids, settings: EvalConfig, autocast
 ):
     """The validation scalars, the first ``settings.n_sample_translations`` translations (source, reference,
-    hypothesis) and the attention heatmaps of the first ``settings.n_alignment_sentences`` sentences."""
+    hypothesis) and the attention heatmaps of the first ``settings.n_alignment_sentences`` sentences: of the
+    translation (``sentence_N/``) and, with ``settings.alignment_references``, of the reference,
+    teacher-forced (``sentence_N/reference/``)."""
     step, src_ids = entry["step"], split[0]
     for key in ("loss", "ppl", "bleu", "chrf"):
         writer.add_scalar(f"val/{key}", entry[f"val_{key}"], step)
@@ -55,13 +57,17 @@ def log_validation(
         for i in range(n_samples)
     ]
     writer.add_text("val/translations", "\n\n".join(samples), step)
+    kinds = ("cross", "encoder_self", "decoder_self")
     for n in range(min(settings.n_alignment_sentences, len(src_ids))):
-        with autocast():
-            attention, *labels = sentence_attention(
-                model, tokenizer, src_ids[n], hyp_ids[n], settings.max_len_offset
-            )
-        kinds = ("cross", "encoder_self", "decoder_self")
-        add_attention_figures(writer, f"sentence_{n}", attention, labels, step, kinds)
+        targets = {f"sentence_{n}": (hyp_ids[n], None)}  # None: EOS unless stopped at the length limit
+        if settings.alignment_references:
+            targets[f"sentence_{n}/reference"] = (split[1][n], True)
+        for tag, (tgt_ids, ended) in targets.items():
+            with autocast():
+                attention, *labels = sentence_attention(
+                    model, tokenizer, src_ids[n], tgt_ids, settings.max_len_offset, ended
+                )
+            add_attention_figures(writer, tag, attention, labels, step, kinds)
 
 
 def validate(

@@ -1,0 +1,296 @@
+"""The Python API: a trained model as a translator of text. ``translate.py`` is a command line over it.
+
+    from transformer.translator import Translator
+    t = Translator.from_checkpoint("runs/multi30k_de_en/best.pt", device="cpu")
+    t.translate(["Ein Hund läuft."], beam=4)                    # ["A dog is running."]
+    t.translate(sentences, beam=4, nbest=3, with_scores=True)   # per input: [(text, log-prob), ...]
+    t.score(sources, references)                                # per pair: log P(reference | source)
+    t.attention("Ein Hund läuft.")                              # weights per layer and head + labels
+    t.alignments("Ein Hund läuft.", "A dog is running.")        # [(source word, target word), ...]
+
+A ``Translator`` is made of (model, tokenizer, evaluation settings, device, precision); ``from_checkpoint``
+is the one place that knows file formats. Every method works on text; the ``*_ids`` methods under them
+work on token ids (``translate.py`` uses those, so that the API and the command line share one path).
+
+The line contract of ``translate.py`` holds here too:
+  - a blank source is not run through the model: its translation is "" with log-prob 0.0, its score 0.0
+    over 0 tokens, no attention, no alignment;
+  - a source longer than ``max_source_tokens`` (a reference longer than ``max_target_tokens``) is truncated,
+    with a warning (``warn``: by default a line on stderr);
+  - log-probs are natural logs, summed over the target's tokens and its EOS (a translation stopped at the
+    length limit has no EOS: summed over its tokens).
+"""
+
+import contextlib
+import dataclasses
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from transformer.alignment import word_alignment
+from transformer.checkpoint import CheckpointError, load_for_inference
+from transformer.config import EvalConfig
+from transformer.decoding import max_lengths
+from transformer.evaluation import sentence_attention, sequence_log_probs, translate_ids, translate_nbest
+from transformer.model import Attention, Transformer
+from transformer.runtime import autocast_dtype, resolve_device
+from transformer.tokenizer import Tokenizer
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+def warn(message: str) -> None:
+    """The default warning: one line on stderr (the command line's too)."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
+class Hypothesis(NamedTuple):
+    ids: list[int]  # target token ids, without EOS
+    log_prob: float  # log P(ids [+ EOS] | source), natural log
+    ended: bool  # ended with EOS (False: stopped at the length limit)
+
+
+@dataclass
+class SentenceAttention:
+    """Every attention weight of one (source, target) pair, on the CPU in float32, batch dimension dropped."""
+
+    source_pieces: list[str]  # S labels: the source's sub-words + "</s>"
+    target_pieces: list[str]  # T labels: what each decoder row predicted (target sub-words [+ "</s>"])
+    input_pieces: list[str]  # T labels: what each decoder row read (start token + target sub-words)
+    cross: list[torch.Tensor]  # per decoder layer (H, T, S)
+    encoder_self: list[torch.Tensor]  # per encoder layer (H, S, S)
+    decoder_self: list[torch.Tensor]  # per decoder layer (H, T, T)
+
+    @property
+    def labels(self) -> tuple[list[str], list[str], list[str]]:
+        """(source, predicted, input) pieces: the ``labels`` of ``plotting.add_attention_figures``."""
+        return self.source_pieces, self.target_pieces, self.input_pieces
+
+    def batched(self) -> Attention:
+        """As a ``model.Attention`` of batch size 1 (what ``plotting.add_attention_figures`` draws)."""
+        return Attention(
+            *([w[None] for w in ws] for ws in (self.encoder_self, self.decoder_self, self.cross))
+        )
+
+
+def encode_lines(
+    lines: list[str], tokenizer: Tokenizer, limit: int, where: str, warn: Callable[[str], None] = warn
+) -> list[list[int] | None]:
+    """Token ids per line (None for a blank line), truncated to ``limit`` tokens with a warning.
+
+    ``where``: how messages name line n, e.g. "test.de line {n}".
+    """
+    encoded: list[list[int] | None] = [None] * len(lines)
+    todo = [i for i, line in enumerate(lines) if line.strip()]
+    for i, ids in zip(todo, tokenizer.encode_batch([lines[i] for i in todo])):
+        if len(ids) > limit:
+            warn(f"{where.format(n=i + 1)}: {len(ids)} tokens, truncated to the model's limit of {limit}")
+            ids = ids[:limit]
+        encoded[i] = ids or None  # e.g. only control characters: nothing to translate
+    return encoded
+
+
+class Translator:
+    """Translate, score, and look at attention, with one model (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizer: Tokenizer,
+        settings: EvalConfig,
+        device: str | torch.device = "cpu",
+        precision: str = "auto",
+        warn: Callable[[str], None] = warn,
+    ):
+        """``settings``: beam size, length penalty, batch size (max_tokens) and max_len_offset.
+        ``precision``: the autocast of validation: "auto" (bf16 on CUDA, fp32 on the CPU), "fp32", "bf16",
+        "fp16"."""
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        self.device = torch.device(device)
+        self.model, self.tokenizer, self.settings = model.to(self.device).eval(), tokenizer, settings
+        self.dtype = autocast_dtype(precision, self.device)  # None = fp32
+        self.warn = warn
+        self.max_source_tokens = model.config.max_positions - settings.max_len_offset - 1
+        self.max_target_tokens = model.config.max_positions - 1  # + the start token
+        if self.max_source_tokens < 1:
+            raise ValueError(
+                f"model.max_positions={model.config.max_positions} leaves no room for a source with "
+                f"eval.max_len_offset={settings.max_len_offset}"
+            )
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | Path, device: str | torch.device = "cpu", precision: str = "auto", **settings
+    ) -> "Translator":
+        """A checkpoint written by ``train.py``. ``device``: "cpu", "cuda", "auto", ...; ``settings``:
+        overrides of the checkpoint's ``eval`` settings (beam_size=4, length_penalty=1.0, max_tokens=...)."""
+        device = resolve_device(str(device))
+        model, tokenizer, config = load_for_inference(path, device)
+        try:
+            return cls(model, tokenizer, dataclasses.replace(config.eval, **settings), device, precision)
+        except ValueError as error:  # the checkpoint's own settings cannot work
+            raise CheckpointError(f"checkpoint {path}: {error}") from None
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    # -------------------------------------------------------------------------------- token ids
+
+    def encode(self, sentences: list[str], where: str = "sentence {n}") -> list[list[int] | None]:
+        """Source ids per sentence (None: blank), truncated to ``max_source_tokens`` with a warning."""
+        return encode_lines(sentences, self.tokenizer, self.max_source_tokens, where, self.warn)
+
+    def encode_targets(self, sentences: list[str], where: str = "target {n}") -> list[list[int]]:
+        """Target ids per sentence (blank: []), truncated to ``max_target_tokens`` with a warning."""
+        ids = encode_lines(sentences, self.tokenizer, self.max_target_tokens, where, self.warn)
+        return [i or [] for i in ids]
+
+    def decode(self, ids: list[int]) -> str:
+        """Ids -> one line of text (a newline inside a translation would shift every later line)."""
+        return self.tokenizer.decode(ids).replace("\r", " ").replace("\n", " ")
+
+    def _settings(self, beam: int | None) -> EvalConfig:
+        if beam is None:
+            return self.settings
+        if beam < 1:
+            raise ValueError(f"beam must be >= 1, got {beam}")
+        return dataclasses.replace(self.settings, beam_size=beam)
+
+    def translate_ids(
+        self, sources: list[list[int] | None], beam: int | None = None, nbest: int | None = None,
+        with_scores: bool = False,
+    ) -> list[list[Hypothesis]]:  # fmt: skip
+        """Per source, its ``nbest`` (default 1) best translations, best first; a blank source (None) gets
+        one empty hypothesis. Scores (``log_prob``) only with ``nbest`` or ``with_scores``, else NaN.
+
+        Greedy decoding for beam 1 (its scores teacher-forced), beam search otherwise (its scores its own);
+        the first hypothesis is always the one ``translate`` gives without scores."""
+        settings = self._settings(beam)
+        if nbest is not None and not 1 <= nbest <= settings.beam_size:
+            raise ValueError(f"nbest must be in [1, beam={settings.beam_size}], got {nbest}")
+        todo = [i for i, src in enumerate(sources) if src is not None]
+        results = [[Hypothesis([], 0.0, True)] for _ in sources]
+        src_ids = [sources[i] for i in todo]
+        args = (self.model, src_ids, self.tokenizer, self.device, self.autocast, settings)
+        if settings.beam_size > 1 and (nbest is not None or with_scores):
+            found = [[Hypothesis(ids, p, self._ended(src, ids)) for ids, p in hyps] for src, hyps in
+                     zip(src_ids, translate_nbest(*args, nbest or 1))]  # fmt: skip
+        else:
+            hyp_ids = translate_ids(*args)
+            ended = [self._ended(src, ids) for src, ids in zip(src_ids, hyp_ids)]
+            scores = (
+                self.score_ids(src_ids, hyp_ids, ended)
+                if with_scores or nbest
+                else [float("nan")] * len(todo)
+            )
+            found = [[Hypothesis(*h)] for h in zip(hyp_ids, scores, ended)]
+        for i, hyps in zip(todo, found):
+            results[i] = hyps
+        return results
+
+    def _ended(self, src: list[int], hyp: list[int]) -> bool:
+        """Whether a translation of ``src`` ended with EOS (not at the length limit)."""
+        src_tensor = torch.tensor([src + [self.tokenizer.eos_id]])  # (1, S)
+        return len(hyp) < int(max_lengths(self.model, src_tensor, self.settings.max_len_offset)[0])
+
+    def score_ids(
+        self, sources: list[list[int] | None], targets: list[list[int]], with_eos: list[bool] | None = None
+    ) -> list[float]:
+        """Teacher-forced log P(target [+ EOS] | source) per pair; 0.0 for a blank source (None)."""
+        todo = [i for i, src in enumerate(sources) if src is not None]
+        eos = [True if with_eos is None else with_eos[i] for i in todo]
+        totals = sequence_log_probs(
+            self.model, [sources[i] for i in todo], [targets[i] for i in todo], self.tokenizer, self.device,
+            self.autocast, self.settings, eos,
+        )  # fmt: skip
+        scores = [0.0] * len(sources)
+        for i, total in zip(todo, totals):
+            scores[i] = total
+        return scores
+
+    def attention_ids(
+        self, source: list[int], target: list[int] | None = None, ended: bool = True
+    ) -> SentenceAttention:
+        """Every attention weight for ``source`` and ``target`` (teacher-forced, with EOS unless ``ended`` is
+        False) or, for None, the greedy translation (without EOS if it stopped at the length limit)."""
+        if target is None:
+            greedy = dataclasses.replace(self.settings, beam_size=1)
+            target = translate_ids(self.model, [source], self.tokenizer, self.device, self.autocast, greedy)[
+                0
+            ]
+            ended = None  # sentence_attention tells from the length
+        with self.autocast():
+            attention, *labels = sentence_attention(
+                self.model, self.tokenizer, source, target, self.settings.max_len_offset, ended
+            )
+        weights = [[w[0].float().cpu() for w in ws] for ws in (attention.cross, attention.encoder_self,
+                                                                attention.decoder_self)]  # fmt: skip
+        return SentenceAttention(*labels, *weights)
+
+    # ------------------------------------------------------------------------------------- text
+
+    def translate(
+        self,
+        sentences: list[str],
+        beam: int | None = None,
+        nbest: int | None = None,
+        with_scores: bool = False,
+    ) -> list:
+        """Translations of ``sentences`` (a list of str), in order: per sentence its text; with
+        ``with_scores`` (text, log-prob); with ``nbest`` a list of the ``nbest`` best (texts, or (text,
+        log-prob) pairs), best first. ``beam``: beam size (default: the settings'; 1 = greedy)."""
+        if isinstance(sentences, str):
+            raise TypeError("translate() takes a list of sentences, not one str")
+        results = self.translate_ids(self.encode(list(sentences)), beam, nbest, with_scores)
+        view = [[(self.decode(h.ids), h.log_prob) if with_scores else self.decode(h.ids) for h in hyps]
+                for hyps in results]  # fmt: skip
+        return view if nbest is not None else [hyps[0] for hyps in view]
+
+    def score(self, sources: list[str], references: list[str]) -> list[float]:
+        """log P(reference + EOS | source) per pair: natural log, summed over tokens (blank source: 0.0)."""
+        if len(sources) != len(references):
+            raise ValueError(f"{len(sources)} sources but {len(references)} references")
+        return self.score_ids(self.encode(list(sources)), self.encode_targets(list(references)))
+
+    def attention(self, source: str, target: str | None = None) -> SentenceAttention:
+        """Cross and self attention weights per layer and head, with the token labels of their axes: for
+        ``target`` teacher-forced, or (None) for the model's own greedy translation."""
+        src = self.encode([source])[0]
+        if src is None:
+            raise ValueError("the source is blank: there is no attention to show")
+        return self.attention_ids(src, None if target is None else self.encode_targets([target])[0])
+
+    def default_align_layer(self) -> int:
+        """The decoder layer whose cross-attention ``alignments`` uses by default: the penultimate one (the
+        last with a single layer), see docs/alignments.md."""
+        return max(len(self.model.decoder.layers) - 2, 0)
+
+    def alignments(
+        self, source: str, target: str | None = None, layer: int | None = None, rows: str = "predicted"
+    ) -> list[tuple[int, int]]:
+        """Word alignment (source word, target word), 0-based, of ``target`` (None: the greedy translation)
+        from the cross-attention of decoder ``layer`` averaged over heads (``alignment.word_alignment``)."""
+        if not source.strip():
+            return []
+        return self.alignments_of(self.attention(source, target), layer, rows)
+
+    def alignments_of(
+        self, attention: SentenceAttention, layer: int | None = None, rows: str = "predicted"
+    ) -> list[tuple[int, int]]:
+        """``alignments`` from an attention already computed."""
+        n_layers = len(attention.cross)
+        layer = self.default_align_layer() if layer is None else layer
+        if not -n_layers <= layer < n_layers:
+            raise ValueError(f"layer {layer} out of range: the decoder has {n_layers} layers")
+        eos = self.tokenizer.id_to_piece([self.tokenizer.eos_id])[0]
+        tgt = attention.target_pieces
+        tgt = tgt[:-1] if tgt and tgt[-1] == eos else tgt
+        weights = attention.cross[layer].mean(dim=0)  # (T, S) heads averaged
+        return word_alignment(weights, attention.source_pieces[:-1], tgt, rows)
