@@ -13,37 +13,33 @@ import contextlib
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from transformer import reporting
+from transformer.average import average_checkpoints, step_checkpoints
 from transformer.checkpoint import (
     CheckpointError,
-    build_model,
     load_for_inference,
-    restore_training,
     save_checkpoint,
-    training_checkpoint,
     unwrap,
 )
 from transformer.config import Config, ConfigError, load_config
-from transformer.corpus import DataError, load_corpus
-from transformer.data import Batch, Splits, encode_corpus, iter_batches, make_batches
-from transformer.ema import EMA
+from transformer.corpus import DataError
+from transformer.data import Batch, iter_batches, make_batches, prefetch
 from transformer.evaluation import token_loss, translate_and_score
-from transformer.optim import learning_rate, lr_scale, make_optimizer, scaled_step, unscale_and_clip
-from transformer.run_folder import RunFolderError, prepare_run_dir, run_tokenizer, write_results
-from transformer.runtime import DeviceError, Runtime, setup_runtime
-from transformer.tokenizer import Tokenizer
+from transformer.optim import learning_rate, lr_scale, scaled_step, unscale_and_clip
+from transformer.run_folder import (
+    RunFolderError,
+    keep_step_checkpoint,
+    write_results,
+)
+from transformer.runtime import DeviceError
+from transformer.training import Run, TrainingError, check_finite, save, setup
 
-STOP_REASONS = (None, "max_steps", "max_epochs", "max_minutes")  # in the order of the stop decision
-
-
-class TrainingError(RuntimeError):
-    """Training cannot go on (non-finite loss, unwritable run folder, ...); the message says why."""
+STOP_REASONS = (None, "max_steps", "max_epochs", "max_minutes", "patience")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -52,79 +48,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--run-dir", default=None, help="output folder (default runs/<config name>)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     parser.add_argument("--resume", action="store_true", help="continue from RUN_DIR/last.pt")
+    parser.add_argument("--overwrite", action="store_true", help="empty RUN_DIR first if it holds a run")
     parser.add_argument("--data-dir", default=None, help="local Multi30k folder (else $MULTI30K_DIR)")
     return parser.parse_args(argv)
 
 
-@dataclass
-class State:
-    """Where training stands; saved in every checkpoint so that --resume continues exactly."""
-
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0  # batches of this epoch already consumed
-    best_bleu: float = -1.0
-    best_step: int = 0
-    train_tokens: int = 0
-    train_seconds: float = 0.0
-    history: list = field(default_factory=list)
-
-
-@dataclass
-class Run:
-    """What one training run holds: its settings, data, model and optimizer, its writer, and ``state``."""
-
-    config: Config
-    run_dir: Path
-    runtime: Runtime
-    tokenizer: Tokenizer
-    splits: Splits
-    model: torch.nn.Module  # wrapped in DistributedDataParallel under torchrun
-    optimizer: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler  # fp16 loss scaling; a no-op otherwise
-    ema: EMA | None
-    state: State
-    writer: object = None  # a SummaryWriter on rank 0
-    started: float = 0.0  # time.perf_counter() at which training (as resumed) began
-
-
 # ------------------------------------------------------------------------------------------- setup
-def setup(config: Config, run_dir: Path, resume: bool) -> Run:
-    runtime = setup_runtime(config.train.device, config.train.precision)
-    corpus = load_corpus(config.data)  # before the run folder: bad data leaves nothing behind
-    prepare_run_dir(config, run_dir, runtime)
-    torch.manual_seed(config.train.seed)
-    tokenizer = run_tokenizer(run_dir, corpus["train"], config, runtime)
-    splits = encode_corpus(corpus, tokenizer, config.data)
-    model = build_model(config.model, tokenizer).to(runtime.device)
-    run = Run(
-        config, run_dir, runtime, tokenizer, splits, model,
-        optimizer=make_optimizer(model, config.train),
-        scaler=torch.amp.GradScaler(runtime.device.type, enabled=runtime.dtype == torch.float16),
-        ema=EMA(model, config.train.ema_decay) if config.train.ema_decay > 0 else None,
-        state=State(),
-    )  # fmt: skip
-    if resume:
-        run.state = State(
-            **restore_training(run_dir / "last.pt", model, run.optimizer, run.scaler, run.ema, config)
-        )
-    run.started = time.perf_counter() - run.state.train_seconds
-    if runtime.world_size > 1:
-        run.model = torch.nn.parallel.DistributedDataParallel(model)
-    if runtime.is_main:
-        run.writer = reporting.open_writer(run_dir, config)
-        print(reporting.setup_line(model, runtime, len(splits.train_indices), tokenizer.vocab_size))
-    return run
-
-
-def save(run: Run, name: str) -> None:
-    """RUN_DIR/name on rank 0 (see ``training_checkpoint``)."""
-    run.state.train_seconds = time.perf_counter() - run.started
-    if run.runtime.is_main:
-        parts = run.model, run.optimizer, run.scaler, run.ema, run.config, run.tokenizer
-        save_checkpoint(training_checkpoint(*parts, dict(vars(run.state))), run.run_dir / name)
-
-
 # -------------------------------------------------------------------------------------- one step
 def epoch_batches(run: Run) -> Iterator[Batch]:
     """This rank's batches of the current epoch, from where the state says the epoch stands."""
@@ -134,21 +63,30 @@ def epoch_batches(run: Run) -> Iterator[Batch]:
         run.config.train.seed, state.epoch, run.runtime.rank, run.runtime.world_size,
         indices=run.splits.train_indices,
     )  # fmt: skip
-    yield from iter_batches(src_ids, tgt_ids, batches[state.batch_in_epoch :], *run.tokenizer.pad_bos_eos)
+    return iter_batches(src_ids, tgt_ids, batches[state.batch_in_epoch :], *run.tokenizer.pad_bos_eos)
 
 
-def forward_backward(run: Run, train_model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-    """Loss per target token of one (micro-)batch, label smoothing inside (§5.4); gradients accumulate."""
+def accumulate_gradients(run: Run, train_model: torch.nn.Module, batches: list[Batch]) -> torch.Tensor:
+    """Forward + backward over the micro-batches of one update. Their summed loss is divided by all their
+    target tokens, on every rank together, as if they were one batch (label smoothing inside, §5.4).
+    Returns this rank's part of the update's loss per target token."""
+    rt, tc, never = run.runtime, run.config.train, run.never_targets
+    n_tokens = rt.sum_over_ranks(torch.tensor(float(sum(b.n_tgt_tokens for b in batches)), device=rt.device))
+    step_loss = torch.zeros((), device=rt.device)
     train_model.train()
-    batch = batch.to(run.runtime.device)
-    with run.runtime.autocast():
-        logits = train_model(batch.src, batch.tgt_in)  # (B, T, V)
-    tc = run.config.train
-    loss = token_loss(logits, batch.tgt_out, run.tokenizer.pad_id, tc.label_smoothing) / batch.n_tgt_tokens
-    run.scaler.scale(loss / tc.accum_steps).backward()
-    run.state.batch_in_epoch += 1
-    run.state.train_tokens += batch.n_tgt_tokens
-    return loss
+    for i, batch in enumerate(batches):
+        batch = batch.to(rt.device, non_blocking=True)
+        last = i == len(batches) - 1  # DDP averages the gradients over ranks once, after the last one
+        with run.model.no_sync() if rt.world_size > 1 and not last else contextlib.nullcontext():
+            with rt.autocast():
+                logits = train_model(batch.src, batch.tgt_in)  # (B, T, V)
+            loss = (
+                token_loss(logits, batch.tgt_out, run.tokenizer.pad_id, tc.label_smoothing, never) / n_tokens
+            )
+            run.scaler.scale(loss * rt.world_size if rt.world_size > 1 else loss).backward()
+        step_loss += loss.detach()
+        run.state.train_tokens += batch.n_tgt_tokens
+    return step_loss
 
 
 def optimizer_step(run: Run, loss: torch.Tensor) -> tuple[float, torch.Tensor] | None:
@@ -156,21 +94,18 @@ def optimizer_step(run: Run, loss: torch.Tensor) -> tuple[float, torch.Tensor] |
     tc, state, d_model = run.config.train, run.state, run.config.model.d_model
     grad_norm = unscale_and_clip(run.model, run.optimizer, run.scaler, tc.clip_grad_norm)
     # in fp16 an overflowing gradient is routine: the scaler skips that update and lowers its scale
-    if not (torch.isfinite(loss) and (run.scaler.is_enabled() or torch.isfinite(grad_norm))):
+    bad = ~torch.isfinite(loss) | (~torch.isfinite(grad_norm) & (not run.scaler.is_enabled()))
+    run.nonfinite = bad if run.nonfinite is None else run.nonfinite | bad  # no device sync
+    if tc.nonfinite_loss == "skip" and bool(bad):
         run.optimizer.zero_grad(set_to_none=True)
-        if tc.nonfinite_loss == "stop":
-            last = run.run_dir / "last.pt"
-            kept = (
-                f"stopped: the last good checkpoint is {last}"
-                if last.exists()
-                else "stopped: no checkpoint yet"
-            )
-            raise TrainingError(
-                f"non-finite loss ({loss.item()}) or gradient norm at step {state.step + 1}; {kept}"
-            )
+        run.nonfinite = None
         print(f"skipping step {state.step + 1}: non-finite loss or gradient", file=sys.stderr)
         run.scaler.update()
         return None
+    if tc.sync_every == 1:
+        check_finite(
+            run
+        )  # before this update; with sync_every > 1 a bad one is caught within that many steps
     lr = learning_rate(state.step + 1, d_model, tc.warmup_steps, lr_scale(tc, d_model))
     if not scaled_step(run.optimizer, run.scaler, lr):
         return None  # fp16 overflow: the scaler skipped this update
@@ -182,14 +117,17 @@ def optimizer_step(run: Run, loss: torch.Tensor) -> tuple[float, torch.Tensor] |
 
 def stop_reason(run: Run) -> str | None:
     """Why training should stop now, if it should: the same answer on every rank."""
-    tc, state = run.config.train, run.state
-    reason = None
+    tc, state, reason = run.config.train, run.state, None
     if tc.max_steps and state.step >= tc.max_steps:
-        reason = "max_steps"
-    elif tc.max_epochs and state.epoch >= tc.max_epochs:
-        reason = "max_epochs"
-    elif tc.max_minutes > 0 and time.perf_counter() - run.started >= tc.max_minutes * 60.0:
+        return "max_steps"
+    if tc.max_epochs and state.epoch >= tc.max_epochs:
+        return "max_epochs"
+    if run.runtime.world_size > 1 and state.step % tc.sync_every:
+        return None  # the ranks vote every train.sync_every steps
+    if tc.max_minutes > 0 and time.perf_counter() - run.started >= tc.max_minutes * 60.0:
         reason = "max_minutes"
+    elif tc.patience and state.bad_evals >= tc.patience:
+        reason = "patience"  # known on rank 0
     # clocks differ between processes: the first rank to stop decides
     return STOP_REASONS[run.runtime.max_over_ranks(STOP_REASONS.index(reason))]
 
@@ -197,41 +135,61 @@ def stop_reason(run: Run) -> str | None:
 # ------------------------------------------------------------------------------------- evaluation
 def evaluate_and_save(run: Run) -> None:
     """Validation loss and greedy BLEU (with the moving average, if any) on rank 0, logged; best.pt when
-    the BLEU improves; last.pt always."""
-    state, rt = run.state, run.runtime
+    ``eval.select_by`` improves; step_<S>.pt for averaging (``train.keep_last``); last.pt always."""
+    state, rt, tc, select_by = run.state, run.runtime, run.config.train, run.config.eval.select_by
+    names = ["last.pt"]
     if rt.is_main:
         model = unwrap(run.model)
         with run.ema.applied(model) if run.ema is not None else contextlib.nullcontext():
             args = (run.splits, run.tokenizer, run.config.eval, rt, run.writer, state.step, state.epoch)
             entry = reporting.validate(model, *args)
         state.history.append(entry)
-        if entry["val_bleu"] > state.best_bleu:
-            state.best_bleu, state.best_step = entry["val_bleu"], entry["step"]
-            save(run, "best.pt")
-    save(run, "last.pt")
+        score = -entry["val_loss"] if select_by == "loss" else entry[f"val_{select_by}"]
+        state.bad_evals += 1
+        if state.best_score is None or score > state.best_score:
+            state.best_score, state.best_bleu, state.best_step, state.bad_evals = (
+                score,
+                entry["val_bleu"],
+                state.step,
+                0,
+            )
+            names.append("best.pt")
+    rt.wait_for_main()  # the other ranks wait here, however long the validation takes
+    checkpoint = save(run, *names)
+    if tc.keep_last and rt.is_main:
+        keep_step_checkpoint(run.run_dir, checkpoint, state.step, tc.keep_last)
 
 
 # -------------------------------------------------------------------------------------- the loop
 def train_loop(run: Run) -> str:
     """Optimisation steps, with evaluate-and-save on schedule, until a stop rule fires; returns which."""
-    tc, state, is_main = run.config.train, run.state, run.runtime.is_main
+    tc, state, rt = run.config.train, run.state, run.runtime
     train_model = torch.compile(run.model, dynamic=True) if tc.compile else run.model
     progress = tqdm(
-        desc="train", initial=state.step, total=tc.max_steps or None, disable=not is_main,
+        desc="train", initial=state.step, total=tc.max_steps or None, disable=not rt.is_main,
         mininterval=1.0 if sys.stderr.isatty() else 30.0, dynamic_ncols=True,
     )  # fmt: skip
-    window_tokens, window_start, micro = 0, time.perf_counter(), 0  # for tokens/s; micro-batches so far
+    window_tokens, window_start, micro_batches = 0, time.perf_counter(), []  # for tokens/s; the update's
     reason = stop_reason(run)
     while reason is None:
-        for batch in epoch_batches(run):
-            loss = forward_backward(run, train_model, batch)
-            window_tokens, micro = window_tokens + batch.n_tgt_tokens, micro + 1
-            if micro % tc.accum_steps or (update := optimizer_step(run, loss)) is None:
-                continue  # accumulating, or the update was skipped
+        for batch in prefetch(epoch_batches(run), rt.device):
+            state.batch_in_epoch += 1
+            if len(micro_batches := micro_batches + [batch]) < tc.accum_steps:
+                continue  # accumulating (across epochs too)
+            loss = accumulate_gradients(run, train_model, micro_batches)
+            window_tokens, micro_batches = window_tokens + sum(b.n_tgt_tokens for b in micro_batches), []
+            if (update := optimizer_step(run, loss)) is None:
+                continue  # skipped: non-finite (train.nonfinite_loss = skip) or an fp16 overflow
             progress.update(1)
-            if state.step % tc.log_every == 0 and is_main:
-                tokens_per_s = window_tokens * run.runtime.world_size / (time.perf_counter() - window_start)
-                reporting.log_train_step(run.writer, progress, state.step, loss, *update, tokens_per_s)
+            if state.step % tc.sync_every == 0:
+                check_finite(run)
+            if state.step % tc.log_every == 0:
+                step_loss = rt.sum_over_ranks(loss)  # the whole update's loss per target token
+                tokens_per_s = window_tokens * rt.world_size / (time.perf_counter() - window_start)
+                if rt.is_main:
+                    reporting.log_train_step(
+                        run.writer, progress, state.step, step_loss, *update, tokens_per_s
+                    )
                 window_tokens, window_start = 0, time.perf_counter()
             if tc.checkpoint_every and state.step % tc.checkpoint_every == 0:
                 save(run, "last.pt")
@@ -243,24 +201,32 @@ def train_loop(run: Run) -> str:
             state.epoch, state.batch_in_epoch = state.epoch + 1, 0
             reason = stop_reason(run)
     progress.close()
-    if not state.history or state.history[-1]["step"] != state.step:
+    every = run.config.eval.every_steps
+    if (
+        not every or state.step % every or state.step == 0
+    ):  # the last step was not evaluated (same on all ranks)
         evaluate_and_save(run)
-    else:
-        save(run, "last.pt")
     return reason
 
 
 def final_test(run: Run, stop_reason: str) -> dict:
-    """Decode the test set with best.pt; write and return results.json (rank 0)."""
+    """Decode the test set with best.pt, or with the average of the last ``eval.average_last`` evaluation
+    checkpoints (§6.1); write and return results.json (rank 0)."""
     rt, config, (src_ids, _), refs = run.runtime, run.config, run.splits.test, run.splits.test_refs
-    model, tokenizer, _ = load_for_inference(run.run_dir / "best.pt", rt.device)
+    tested = run.run_dir / "best.pt"
+    if config.eval.average_last:
+        tested = run.run_dir / "averaged.pt"
+        save_checkpoint(
+            average_checkpoints(step_checkpoints(run.run_dir)[-config.eval.average_last :]), tested
+        )
+    model, tokenizer, _ = load_for_inference(tested, rt.device)
     t0 = time.perf_counter()
     _, hyps, scores = translate_and_score(
         model, src_ids, refs, tokenizer, rt.device, rt.autocast, config.eval, "test"
     )
     seconds, params = time.perf_counter() - t0, sum(p.numel() for p in model.parameters())
     results = reporting.run_results(
-        scores, config, run.state, stop_reason, rt.world_size,
+        scores, config, run.state, stop_reason, rt.world_size, tested=tested.name,
         test_decode_seconds=seconds, parameters=params, device=str(rt.device),
     )  # fmt: skip
     write_results(run.run_dir, results, hyps)
@@ -269,9 +235,9 @@ def final_test(run: Run, stop_reason: str) -> dict:
     return results
 
 
-def train(config: Config, run_dir: Path, resume: bool = False) -> dict | None:
+def train(config: Config, run_dir: Path, resume: bool = False, overwrite: bool = False) -> dict | None:
     """The whole job; returns results.json's contents (on rank 0)."""
-    run = setup(config, run_dir, resume)
+    run = setup(config, run_dir, resume, overwrite)
     reason = train_loop(run)
     results = final_test(run, reason) if run.runtime.is_main else None
     if run.writer is not None:
@@ -288,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = Path(args.run_dir or Path("runs") / Path(args.config).stem)
         if args.resume and not (run_dir / "last.pt").is_file():
             raise TrainingError(f"--resume: no checkpoint {run_dir / 'last.pt'} to resume from")
-        train(config, run_dir, resume=args.resume)
+        train(config, run_dir, resume=args.resume, overwrite=args.overwrite)
     except (ConfigError, DataError, CheckpointError, TrainingError, DeviceError, RunFolderError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

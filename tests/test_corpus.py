@@ -8,8 +8,7 @@ from conftest import ROOT
 
 import train
 from transformer.config import DataConfig
-from transformer.corpus import load_corpus
-from transformer.corpus import DataError
+from transformer.corpus import DataError, load_corpus
 
 PAIRS = [
     ("Ein Hund läuft.", "A dog runs."),

@@ -1,11 +1,10 @@
 """Data pipeline: loaders and their errors, checksums, the invariants of token-bucket batches."""
 
 import gzip
+import json
 import shutil
 from itertools import accumulate
 from pathlib import Path
-
-import json
 
 import pytest
 import torch
@@ -246,7 +245,9 @@ def test_load_hub_dataset_missing_language_or_column(tmp_path):
     with pytest.raises(DataError, match="'fr' not available; valid: de, en"):
         load_hub_dataset("json", None, "de", "fr", data_files=files, cache_dir=str(tmp_path / "cache"))
     (tmp_path / "plain.jsonl").write_text('{"de": "Satz.", "en": "Sentence."}\n', encoding="utf-8")
-    with pytest.raises(DataError, match=r"json/None split 'train' has no 'translation' column; columns: de, en"):
+    with pytest.raises(
+        DataError, match=r"json/None split 'train' has no 'translation' column; columns: de, en"
+    ):
         load_hub_dataset("json", None, "de", "en", data_files=str(tmp_path / "plain.jsonl"))
 
 

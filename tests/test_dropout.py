@@ -21,6 +21,19 @@ def test_mask_is_not_periodic_across_the_four_16_bit_slices():
     assert torch.allclose(dropped, torch.full((4,), 0.5), atol=5e-3)
 
 
+def test_the_four_16_bit_slices_of_a_word_are_independent():
+    """Each slot alone drops p: a dropout reusing one random number for all four slots would too. Jointly,
+    independent slots drop together with probability p² (pairs) and p⁴ (all four); reuse gives p."""
+    p = 0.3
+    dropped = (dropout(torch.ones(800_000), p) == 0).view(-1, 4).float()  # (words, 4 slots)
+    for i in range(4):
+        for j in range(i + 1, 4):
+            both = (dropped[:, i] * dropped[:, j]).mean().item()
+            assert both == pytest.approx(p * p, abs=3e-3), (i, j)
+    assert dropped.prod(dim=1).mean().item() == pytest.approx(p**4, abs=1.5e-3)
+    assert dropped.sum(dim=1).mean().item() == pytest.approx(4 * p, abs=6e-3)  # the joint drop rate
+
+
 def test_gradient_is_the_same_mask_scaled():
     x = torch.randn(64, 33, requires_grad=True)
     y = dropout(x, 0.2)

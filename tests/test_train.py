@@ -41,9 +41,8 @@ def test_end_to_end_run_writes_every_artefact(tiny_run):
         assert (tiny_run / name).is_file(), name
     results = json.loads((tiny_run / "results.json").read_text())
     assert results["steps"] == 12 and results["stopped_by"] == "max_steps"
-    assert 0.0 <= results["test_bleu"] <= 100.0 and "tok:13a" in results["signature"]
+    assert "tok:13a" in results["signature"]  # the BLEU itself: test_training_paths.py
     assert [e["step"] for e in results["validation"]] == [6, 12]
-    assert results["train_tokens_per_s"] > 0
     hypotheses = (tiny_run / "test_hypotheses.txt").read_text(encoding="utf-8").split("\n")
     assert len(hypotheses) == 24 + 1  # eval_limit lines, each newline-terminated
 
@@ -185,3 +184,5 @@ def test_torchrun_two_cpu_processes(tmp_path):
     assert results["stopped_by"] == "max_minutes"  # both ranks stopped at the same step: no hang
     assert results["steps"] > 0
     assert result.stdout.count("test BLEU") == 1  # printed by rank 0 only
+    ranks = load_checkpoint(tmp_path / "ddp" / "last.pt")["rng"]["ranks"]  # each rank's own, for --resume
+    assert len(ranks) == 2 and not torch.equal(ranks[0]["torch"], ranks[1]["torch"])  # own dropout masks

@@ -97,9 +97,26 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 # -------- training checkpoints: everything --resume needs ------------------------------------------
 
 
-def training_checkpoint(model, optimizer, scaler, ema, config, tokenizer: Tokenizer, state: dict) -> dict:
+def rng_state() -> dict[str, torch.Tensor]:
+    """This process's random generators: the CPU one, and the current GPU's."""
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, torch.Tensor]) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"] if state["cuda"].dim() == 1 else state["cuda"][0])
+
+
+def training_checkpoint(
+    model, optimizer, scaler, ema, config, tokenizer: Tokenizer, state: dict, rng_states: list[dict]
+) -> dict:
     """``model`` holds the weights to translate with (the moving average when there is one); the training
-    weights, optimizer, loss scale, moving average and RNG states are there to resume exactly."""
+    weights, optimizer, loss scale, moving average and every rank's RNG states (``rng_states[rank]``,
+    each rank draws its own dropout masks) are there to resume exactly."""
     model = unwrap(model)
     checkpoint = {
         "config": config.to_dict(),
@@ -108,8 +125,7 @@ def training_checkpoint(model, optimizer, scaler, ema, config, tokenizer: Tokeni
         "scaler": scaler.state_dict(),  # fp16 loss scale; empty when the scaler is off
         "tokenizer": tokenizer_to_tensor(tokenizer),
         "state": state,
-        "rng": {"torch": torch.get_rng_state()}
-        | ({"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {}),
+        "rng": {"ranks": rng_states},
     }
     if ema is not None:
         checkpoint["train_model"] = checkpoint["model"]
@@ -119,8 +135,9 @@ def training_checkpoint(model, optimizer, scaler, ema, config, tokenizer: Tokeni
     return checkpoint
 
 
-def restore_training(path: Path, model, optimizer, scaler, ema, config) -> dict:
-    """Load what ``training_checkpoint`` saved back into these objects; returns the saved ``state``.
+def restore_training(path: Path, model, optimizer, scaler, ema, config, rank: int = 0) -> dict:
+    """Load what ``training_checkpoint`` saved back into these objects and this rank's RNG state; returns
+    the saved ``state``.
 
     Refuses a checkpoint trained with other model or data settings or another seed: they decide the
     weights' shapes and the order of the batches."""
@@ -141,7 +158,8 @@ def restore_training(path: Path, model, optimizer, scaler, ema, config) -> dict:
         if "ema" not in ckpt:
             raise CheckpointError(f"{path} has no moving average; cannot resume with train.ema_decay > 0")
         ema.load_state_dict(ckpt["ema"])
-    torch.set_rng_state(ckpt["rng"]["torch"])
-    if "cuda" in ckpt["rng"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+    ranks = ckpt["rng"].get("ranks", [ckpt["rng"]])  # older checkpoints: one state for every rank
+    if rank >= len(ranks):
+        raise CheckpointError(f"{path} was saved by {len(ranks)} processes; cannot resume with more")
+    set_rng_state(ranks[rank])
     return ckpt["state"]

@@ -105,6 +105,9 @@ class TrainConfig:
     nonfinite_loss: str = "stop"  # "stop" (keep the last good checkpoint) or "skip" the update
     log_every: int = 50  # steps between TensorBoard scalars
     checkpoint_every: int = 0  # also write last.pt every N steps (besides every evaluation); 0 = off
+    sync_every: int = 1  # steps between host syncs: the deferred non-finite check, the ranks' stop vote
+    patience: int = 0  # > 0: stop after this many evaluations without improving eval.select_by
+    keep_last: int = 0  # > 0: keep the checkpoints of the last N evaluations as step_<N>.pt (to average)
 
     def __post_init__(self):
         if self.precision not in ("auto", "fp32", "bf16", "fp16"):
@@ -117,6 +120,8 @@ class TrainConfig:
             raise ConfigError(f"train.warmup_steps={self.warmup_steps} must be >= 1")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"train.label_smoothing={self.label_smoothing} must be in [0, 1)")
+        _check_at_least(self, "train", log_every=1, sync_every=1, max_epochs=0, max_steps=0, max_minutes=0.0,
+                        patience=0, keep_last=0, checkpoint_every=0)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,17 @@ class EvalConfig:
     n_alignment_sentences: int = 3  # validation sentences drawn as attention heatmaps
     alignment_references: bool = False  # also draw them teacher-forced on the reference
     n_sample_translations: int = 5  # validation translations logged as text
+    select_by: str = (
+        "bleu"  # what picks best.pt and drives train.patience: bleu, chrf (higher) or loss (lower)
+    )
+    average_last: int = 0  # > 0: the final test uses the average of the last N evaluation checkpoints
+
+    def __post_init__(self):
+        if self.select_by not in ("bleu", "chrf", "loss"):
+            raise ConfigError(f"eval.select_by={self.select_by!r}: expected bleu, chrf or loss")
+        _check_at_least(self, "eval", every_steps=0, max_tokens=1, beam_size=1, length_penalty=0.0,
+                        max_len_offset=1, n_alignment_sentences=0, n_sample_translations=0,
+                        average_last=0)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -138,8 +154,28 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
+    def __post_init__(self):
+        if self.eval.average_last > self.train.keep_last:
+            raise ConfigError(
+                f"eval.average_last={self.eval.average_last} needs train.keep_last >= it "
+                f"(got {self.train.keep_last}): the averaged checkpoints are the kept ones"
+            )
+
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return dataclasses.asdict(self)
+
+
+def source_token_limit(config: Config) -> int:
+    """The most source tokens (without EOS) the model can translate: the source with its EOS and up to
+    ``eval.max_len_offset`` output tokens must fit the position table (``model.max_positions``)."""
+    return config.model.max_positions - config.eval.max_len_offset - 1
+
+
+def _check_at_least(section: Any, name: str, **minimums: float) -> None:
+    """ConfigError naming the first key of ``section`` below its minimum."""
+    for key, minimum in minimums.items():
+        if getattr(section, key) < minimum:
+            raise ConfigError(f"{name}.{key}={getattr(section, key)} must be >= {minimum}")
 
 
 def _coerce(value: Any, annotation: Any, key: str) -> Any:

@@ -18,13 +18,16 @@ How one target sentence becomes the decoder's input and labels (`collate`), here
 """
 
 import math
-from collections.abc import Iterator, Sequence
+import queue
+import threading
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
 
-from transformer.config import DataConfig
+from transformer.config import Config, source_token_limit
 from transformer.corpus import Corpus, ParallelText
 from transformer.tokenizer import Tokenizer
 
@@ -64,14 +67,32 @@ class Splits:
     test_refs: list[str]
 
 
-def encode_corpus(corpus: Corpus, tokenizer: Tokenizer, data: DataConfig) -> Splits:
-    """Token ids of every split (``data.train_limit`` / ``data.eval_limit`` slice them for smoke runs)."""
+def encode_corpus(corpus: Corpus, tokenizer: Tokenizer, config: Config) -> Splits:
+    """Token ids of every split (``data.train_limit`` / ``data.eval_limit`` slice them for smoke runs).
+
+    Training pairs longer than ``data.max_len`` are left out; validation and test pairs are all kept, their
+    sources cut to what the model can translate (``source_token_limit``) and their targets to what it can
+    be scored on (``model.max_positions`` - 1), with a warning that counts them."""
+    data = config.data
     train = encode_split(corpus["train"].head(data.train_limit), tokenizer)
-    valid, test = (corpus[name].head(data.eval_limit) for name in ("validation", "test"))
     keep = filter_by_length([len(s) for s in train[0]], [len(t) for t in train[1]], data.max_len)
-    return Splits(
-        train, keep, encode_split(valid, tokenizer), valid.tgt, encode_split(test, tokenizer), test.tgt
-    )
+    evaluation = []
+    for name in ("validation", "test"):
+        split = corpus[name].head(data.eval_limit)
+        src_ids, tgt_ids = encode_split(split, tokenizer)
+        src_ids = _truncate(src_ids, source_token_limit(config), f"{name} sources")
+        tgt_ids = _truncate(tgt_ids, config.model.max_positions - 1, f"{name} targets (for the loss)")
+        evaluation += [(src_ids, tgt_ids), split.tgt]
+    return Splits(train, keep, *evaluation)
+
+
+def _truncate(ids: list[list[int]], limit: int, what: str) -> list[list[int]]:
+    long = sum(len(sentence) > limit for sentence in ids)
+    if long:
+        warnings.warn(
+            f"{long} {what} longer than {limit} tokens truncated to the model's limit", stacklevel=3
+        )
+    return [sentence[:limit] for sentence in ids]
 
 
 # -------- batches --------------------------------------------------------------------------------
@@ -88,16 +109,17 @@ class Batch:
     n_src_tokens: int  # non-PAD tokens in src
     n_tgt_tokens: int  # non-PAD tokens in tgt_out: what the summed loss is divided by
 
-    def to(self, device: torch.device | str) -> "Batch":
-        """Move the model inputs and labels; `indices` stays on the CPU for bookkeeping."""
-        return Batch(
-            self.src.to(device),
-            self.tgt_in.to(device),
-            self.tgt_out.to(device),
-            self.indices,
-            self.n_src_tokens,
-            self.n_tgt_tokens,
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+        """Move the model inputs and labels; `indices` stays on the CPU for bookkeeping. From pinned memory,
+        ``non_blocking`` copies overlap with the GPU's work."""
+        src, tgt_in, tgt_out = (
+            t.to(device, non_blocking=non_blocking) for t in (self.src, self.tgt_in, self.tgt_out)
         )
+        return Batch(src, tgt_in, tgt_out, self.indices, self.n_src_tokens, self.n_tgt_tokens)
+
+    def pin_memory(self) -> "Batch":
+        src, tgt_in, tgt_out = (t.pin_memory() for t in (self.src, self.tgt_in, self.tgt_out))
+        return Batch(src, tgt_in, tgt_out, self.indices, self.n_src_tokens, self.n_tgt_tokens)
 
 
 def collate(
@@ -254,3 +276,24 @@ def restore_order(items: Sequence[Item], indices: Sequence[int], size: int) -> l
     if absent:
         raise ValueError(f"no result for {len(absent)} of {size} sentences, e.g. {absent[:5]}")
     return ordered
+
+
+def prefetch(batches: Iterable[Batch], device: torch.device, depth: int = 2) -> Iterator[Batch]:
+    """The same batches, collated ``depth`` ahead by a background thread (pinned when going to a GPU), so
+    that building the next batch in Python overlaps with the device's work on this one."""
+    ready: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+
+    def produce() -> None:
+        try:
+            for batch in batches:
+                ready.put(batch.pin_memory() if device.type == "cuda" else batch)
+        except BaseException as error:  # handed to the consumer, raised there
+            ready.put(error)
+        ready.put(done)
+
+    threading.Thread(target=produce, daemon=True).start()
+    while (item := ready.get()) is not done:
+        if isinstance(item, BaseException):
+            raise item
+        yield item

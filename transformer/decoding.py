@@ -45,10 +45,16 @@ def max_lengths(model: Transformer, src: torch.Tensor, max_len_offset: int) -> t
     return (source_lengths + max_len_offset).clamp(min=1, max=model.config.max_positions)
 
 
+def never_produced(pad_id: int, start_id: int, eos_id: int) -> list[int]:
+    """The tokens the decoder never outputs: PAD and the start token, never EOS (even if it shares their id).
+    Decoding rules them out; label smoothing puts no probability on them."""
+    return sorted({pad_id, start_id} - {eos_id})
+
+
 def _next_token_logits(logits: torch.Tensor, pad_id: int, start_id: int, eos_id: int) -> torch.Tensor:
     """The last position's logits (N, T, V) -> (N, V), with PAD and the start token ruled out (not EOS)."""
     logits = logits[:, -1]  # (N, V)
-    for token in sorted({pad_id, start_id} - {eos_id}):
+    for token in never_produced(pad_id, start_id, eos_id):
         logits[:, token] = float("-inf")
     return logits
 

@@ -19,15 +19,31 @@ from transformer.model import Attention, Transformer
 from transformer.tokenizer import Tokenizer
 
 
-def token_loss(logits: torch.Tensor, tgt_out: torch.Tensor, pad_id: int, label_smoothing: float):
-    """Summed cross-entropy over the non-pad target tokens. logits (B, T, V), tgt_out (B, T)."""
-    return F.cross_entropy(
-        logits.flatten(0, 1).float(),  # (B·T, V)
-        tgt_out.flatten(),  # (B·T,)
-        ignore_index=pad_id,
-        label_smoothing=label_smoothing,
-        reduction="sum",
-    )
+def token_loss(
+    logits: torch.Tensor,
+    tgt_out: torch.Tensor,
+    pad_id: int,
+    label_smoothing: float,
+    never_targets: Sequence[int] = (),
+) -> torch.Tensor:
+    """Summed cross-entropy over the non-pad target tokens. logits (B, T, V), tgt_out (B, T).
+
+    Label smoothing (§5.4): the target distribution puts 1 - ε on the reference token and spreads ε evenly
+    over the tokens the decoder can produce, i.e. every token but ``never_targets``
+    (``decoding.never_produced``: PAD and the start token). With no ``never_targets`` this is
+    ``F.cross_entropy(label_smoothing=ε)``.
+    """
+    logits, target = logits.flatten(0, 1).float(), tgt_out.flatten()  # (B·T, V), (B·T,)
+    if label_smoothing == 0.0:
+        return F.cross_entropy(logits, target, ignore_index=pad_id, reduction="sum")
+    log_probs = torch.log_softmax(logits, dim=-1)  # (B·T, V)
+    real = target != pad_id  # (B·T,)
+    nll = -log_probs.gather(1, target.clamp(min=0)[:, None]).squeeze(1)  # (B·T,)
+    excluded = list(never_targets)
+    n_allowed = log_probs.size(-1) - len(excluded)
+    smooth = -(log_probs.sum(dim=-1) - log_probs[:, excluded].sum(dim=-1)) / n_allowed  # (B·T,) mean -log p
+    per_token = (1.0 - label_smoothing) * nll + label_smoothing * smooth  # (B·T,)
+    return per_token.masked_fill(~real, 0.0).sum()
 
 
 @torch.no_grad()

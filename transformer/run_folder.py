@@ -3,11 +3,14 @@ events, test_hypotheses.txt and results.json. Rank 0 writes; the other ranks onl
 """
 
 import json
+import shutil
 from pathlib import Path
 
 import torch.distributed as dist
 import yaml
 
+from transformer.average import step_checkpoints
+from transformer.checkpoint import save_checkpoint
 from transformer.config import Config
 from transformer.corpus import ParallelText
 from transformer.runtime import Runtime
@@ -18,14 +21,40 @@ class RunFolderError(RuntimeError):
     """The run folder cannot be used; the message says which and why."""
 
 
-def prepare_run_dir(config: Config, run_dir: Path, runtime: Runtime) -> None:
-    """Create the folder and write the resolved config.yaml (rank 0)."""
+RUN_FILES = ("config.yaml", "tokenizer.model", "last.pt", "best.pt", "results.json")
+
+
+def prepare_run_dir(config: Config, run_dir: Path, runtime: Runtime, resume: bool, overwrite: bool) -> None:
+    """Create the folder and write the resolved config.yaml (rank 0).
+
+    A fresh run (no ``resume``) refuses a folder that already holds a run: it would reuse its tokenizer and
+    append to its TensorBoard events. ``overwrite`` empties the folder first."""
+    held = [name for name in RUN_FILES if (run_dir / name).exists()] + [
+        p.name for p in run_dir.glob("events.*")
+    ]
+    runtime.wait_for_main()  # every rank has looked before rank 0 writes
+    if held and not resume and not overwrite:
+        raise RunFolderError(
+            f"{run_dir} already holds a run ({', '.join(held[:3])}); use --resume to continue it, "
+            "--overwrite to start it again, or another --run-dir"
+        )
     if runtime.is_main:
         try:
+            if overwrite and run_dir.is_dir() and not resume:
+                shutil.rmtree(run_dir)
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
         except OSError as error:
             raise RunFolderError(f"cannot write to run folder {run_dir}: {error.strerror}") from None
+
+
+def keep_step_checkpoint(run_dir: Path, checkpoint: dict, step: int, keep_last: int) -> None:
+    """RUN_DIR/step_<step>.pt (weights, config, tokenizer: what averaging needs), keeping the last
+    ``keep_last`` of them."""
+    slim = {k: checkpoint[k] for k in ("config", "model", "tokenizer", "state")}
+    save_checkpoint(slim, run_dir / f"step_{step}.pt")
+    for old in step_checkpoints(run_dir)[:-keep_last]:
+        old.unlink()
 
 
 def run_tokenizer(run_dir: Path, train: ParallelText, config: Config, runtime: Runtime) -> Tokenizer:

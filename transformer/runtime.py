@@ -4,7 +4,8 @@
 
 import contextlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -46,6 +47,8 @@ class Runtime:
     dtype: torch.dtype | None  # autocast dtype, None = fp32
     rank: int = 0
     world_size: int = 1
+    # a CPU (gloo) group with a long timeout, for the ranks that wait while rank 0 validates
+    waiting_group: object = field(default=None, repr=False)
 
     @property
     def is_main(self) -> bool:
@@ -58,6 +61,27 @@ class Runtime:
         tensor = torch.tensor([value], device=self.device)
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
         return int(tensor.item())
+
+    def sum_over_ranks(self, value: torch.Tensor) -> torch.Tensor:
+        """``value`` summed over all processes (a collective)."""
+        if self.world_size > 1:
+            value = value.clone()
+            dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        return value
+
+    def gather(self, obj: object) -> list:
+        """Every process's ``obj``, in rank order (a collective)."""
+        if self.world_size == 1:
+            return [obj]
+        objects = [None] * self.world_size
+        dist.all_gather_object(objects, obj)
+        return objects
+
+    def wait_for_main(self) -> None:
+        """All ranks meet here; the others may wait as long as rank 0 validates (NCCL's own timeout is
+        10 minutes, so the wait goes through a CPU group with a timeout of a day)."""
+        if self.world_size > 1:
+            dist.barrier(group=self.waiting_group)
 
     def close(self) -> None:
         """Wait for every process, then leave the process group (under torchrun)."""
@@ -80,6 +104,8 @@ def setup_runtime(device_name: str, precision: str) -> Runtime:
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    waiting_group = None
     if world_size > 1:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return Runtime(device, autocast_dtype(precision, device), rank, world_size)
+        waiting_group = dist.new_group(backend="gloo", timeout=timedelta(days=1))
+    return Runtime(device, autocast_dtype(precision, device), rank, world_size, waiting_group)

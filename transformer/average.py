@@ -1,0 +1,84 @@
+"""Checkpoint averaging (§6.1: "we used a single model obtained by averaging the last 5 checkpoints").
+
+    python -m transformer.average OUT.pt CKPT.pt [CKPT.pt ...]
+    python -m transformer.average OUT.pt --last N RUN_DIR    # the last N step_<S>.pt (train.keep_last)
+
+Every floating-point tensor of the checkpoints' ``model`` (the weights they translate with) is averaged in
+float64 and stored in its own dtype; the checkpoints must share their model config and tokenizer. The output
+is an inference checkpoint (config, model, tokenizer) that ``translate.py`` loads like ``best.pt``.
+"""
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+from transformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+
+def step_checkpoints(run_dir: Path) -> list[Path]:
+    """RUN_DIR/step_<S>.pt, in the order of S."""
+    found = [
+        (int(m.group(1)), p)
+        for p in Path(run_dir).glob("step_*.pt")
+        if (m := re.fullmatch(r"step_(\d+)\.pt", p.name))
+    ]
+    return [path for _, path in sorted(found)]
+
+
+def average_checkpoints(paths: list[Path]) -> dict:
+    """The inference checkpoint whose weights are the mean of those of ``paths``."""
+    if not paths:
+        raise CheckpointError("no checkpoints to average")
+    first = load_checkpoint(paths[0])
+    total = {k: v.double() if v.is_floating_point() else v for k, v in first["model"].items()}
+    for path in paths[1:]:
+        other = load_checkpoint(path)
+        if other["config"]["model"] != first["config"]["model"] or not torch.equal(
+            other["tokenizer"], first["tokenizer"]
+        ):
+            raise CheckpointError(
+                f"{path} has another model config or tokenizer than {paths[0]}; cannot average"
+            )
+        if other["model"].keys() != total.keys():
+            raise CheckpointError(f"{path} holds other weights than {paths[0]}; cannot average")
+        for key, value in other["model"].items():
+            if value.is_floating_point():
+                total[key] += value.double()
+    model = {
+        k: (v / len(paths)).to(first["model"][k].dtype) if v.is_floating_point() else v
+        for k, v in total.items()
+    }
+    state = dict(first.get("state", {}))
+    state["averaged_from"] = [str(p) for p in paths]
+    return {"config": first["config"], "model": model, "tokenizer": first["tokenizer"], "state": state}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("output", type=Path, help="the averaged checkpoint to write")
+    parser.add_argument("checkpoints", nargs="*", type=Path, help="checkpoints to average")
+    parser.add_argument("--last", nargs=2, metavar=("N", "RUN_DIR"), help="the last N step_<S>.pt of RUN_DIR")
+    args = parser.parse_args(argv)
+    try:
+        paths = list(args.checkpoints)
+        if args.last:
+            n, run_dir = int(args.last[0]), Path(args.last[1])
+            found = step_checkpoints(run_dir)
+            if len(found) < n:
+                raise CheckpointError(
+                    f"{run_dir} holds {len(found)} step_<S>.pt checkpoints, not {n} (train.keep_last)"
+                )
+            paths += found[-n:]
+        save_checkpoint(average_checkpoints(paths), args.output)
+    except (CheckpointError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(f"averaged {len(paths)} checkpoints into {args.output}: {', '.join(p.name for p in paths)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

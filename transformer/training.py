@@ -1,0 +1,134 @@
+"""A training run's objects and their checkpoints: ``setup`` builds everything ``train.py``'s loop needs
+(corpus, tokenizer, model, optimizer, run folder, TensorBoard writer) into one ``Run``; ``save`` writes it.
+
+``State`` is where training stands; it goes into every checkpoint so that ``--resume`` continues exactly.
+"""
+
+import time
+from dataclasses import dataclass, field
+from inspect import signature
+from pathlib import Path
+
+import torch
+
+from transformer import reporting
+from transformer.checkpoint import (
+    build_model,
+    restore_training,
+    rng_state,
+    save_checkpoint,
+    training_checkpoint,
+)
+from transformer.config import Config
+from transformer.corpus import load_corpus
+from transformer.data import Splits, encode_corpus
+from transformer.decoding import never_produced
+from transformer.ema import EMA
+from transformer.optim import make_optimizer
+from transformer.run_folder import prepare_run_dir, run_tokenizer
+from transformer.runtime import Runtime, setup_runtime
+from transformer.tokenizer import Tokenizer
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (non-finite loss, unwritable run folder, ...); the message says why."""
+
+
+@dataclass
+class State:
+    """Where training stands; saved in every checkpoint so that --resume continues exactly."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # batches of this epoch already consumed
+    best_score: float | None = None  # of eval.select_by, signed so that higher is better
+    best_bleu: float = -1.0  # validation BLEU of best.pt
+    best_step: int = 0
+    bad_evals: int = 0  # evaluations since best.pt (train.patience)
+    train_tokens: int = 0
+    train_seconds: float = 0.0
+    history: list = field(default_factory=list)
+
+
+@dataclass
+class Run:
+    """What one training run holds: its settings, data, model and optimizer, its writer, and ``state``."""
+
+    config: Config
+    run_dir: Path
+    runtime: Runtime
+    tokenizer: Tokenizer
+    splits: Splits
+    model: torch.nn.Module  # wrapped in DistributedDataParallel under torchrun
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler  # fp16 loss scaling; a no-op otherwise
+    ema: EMA | None
+    state: State
+    writer: object = None  # a SummaryWriter on rank 0
+    started: float = 0.0  # time.perf_counter() at which training (as resumed) began
+    never_targets: list[int] = field(default_factory=list)  # decoding.never_produced: no smoothing mass
+    nonfinite: torch.Tensor | None = None  # a non-finite loss or gradient since the last check (device)
+
+
+def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
+    """Everything a run needs, on this rank's device; with ``resume``, as RUN_DIR/last.pt left it."""
+    runtime = setup_runtime(config.train.device, config.train.precision)
+    corpus = load_corpus(config.data)  # before the run folder: bad data leaves nothing behind
+    prepare_run_dir(config, run_dir, runtime, resume, overwrite)
+    torch.manual_seed(config.train.seed)
+    tokenizer = run_tokenizer(run_dir, corpus["train"], config, runtime)
+    splits = encode_corpus(corpus, tokenizer, config)
+    model = build_model(config.model, tokenizer).to(runtime.device)  # the same weights on every rank
+    if runtime.rank:  # but each rank its own dropout masks
+        torch.manual_seed(config.train.seed + 1_000_003 * runtime.rank)
+    run = Run(
+        config, run_dir, runtime, tokenizer, splits, model,
+        optimizer=make_optimizer(model, config.train),
+        scaler=torch.amp.GradScaler(runtime.device.type, enabled=runtime.dtype == torch.float16),
+        ema=EMA(model, config.train.ema_decay) if config.train.ema_decay > 0 else None,
+        state=State(),
+    )  # fmt: skip
+    if resume:
+        parts = run.optimizer, run.scaler, run.ema, config, runtime.rank
+        run.state = State(**restore_training(run_dir / "last.pt", model, *parts))
+    run.started = time.perf_counter() - run.state.train_seconds
+    run.never_targets = never_produced(tokenizer.pad_id, model.start_id(tokenizer.bos_id), tokenizer.eos_id)
+    if runtime.world_size > 1:
+        # the buffers (position tables) are the same on every rank: no need to sync them every forward
+        ddp = torch.nn.parallel.DistributedDataParallel
+        no_sync = (
+            "forward_sync_buffers"
+            if "forward_sync_buffers" in signature(ddp).parameters
+            else "broadcast_buffers"
+        )
+        run.model = ddp(model, **{no_sync: False})
+    if runtime.is_main:
+        run.writer = reporting.open_writer(run_dir, config)
+        print(
+            reporting.setup_line(model, runtime, len(splits.train_indices), tokenizer.vocab_size), flush=True
+        )
+    return run
+
+
+def save(run: Run, *names: str) -> dict | None:
+    """RUN_DIR/<name> for each name, on rank 0 (see ``training_checkpoint``); returns the checkpoint there.
+    Every rank must call it (each rank's RNG state goes in), whatever names it passes."""
+    check_finite(run)  # never save weights a deferred non-finite check would refuse
+    run.state.train_seconds = time.perf_counter() - run.started
+    rng_states = run.runtime.gather(rng_state())
+    if run.runtime.is_main:
+        parts = run.model, run.optimizer, run.scaler, run.ema, run.config, run.tokenizer
+        checkpoint = training_checkpoint(*parts, dict(vars(run.state)), rng_states)
+        for name in names:
+            save_checkpoint(checkpoint, run.run_dir / name)
+        return checkpoint
+
+
+def check_finite(run: Run) -> None:
+    """train.nonfinite_loss = stop: a TrainingError if a loss or gradient was non-finite since the last
+    check; the last checkpoint on disk is from before it."""
+    if run.nonfinite is not None and bool(run.nonfinite):
+        last = run.run_dir / "last.pt"
+        kept = f"the last good checkpoint is {last}" if last.exists() else "no checkpoint yet"
+        raise TrainingError(f"non-finite loss or gradient norm by step {run.state.step + 1}; stopped: {kept}")
+    run.nonfinite = None
