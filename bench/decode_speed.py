@@ -13,6 +13,19 @@ another machine). Without --checkpoint it uses runs/decode_bench/best.pt if it i
 unless ``--train-minutes N`` asks it to train one first with train.py (configs/multi30k_de_en.yaml).
 
 Last line: speedup_cache=<cached greedy sentences/s ÷ uncached greedy sentences/s>.
+
+``--compare`` measures instead our cached greedy against the inference engines users deploy with (issue 10,
+item 6): the checkpoint is exported (``transformer.marian.export``) to a transformers folder and a
+CTranslate2 model, and the same sentences in the same length-sorted batches are decoded greedily by
+``MarianMTModel.generate(num_beams=1)`` and by ``ctranslate2.Translator.translate_batch(beam_size=1)`` in
+fp32 and int8. Per engine: sentences/s, BLEU and how many lines differ from ours (token ids compared; the
+same detokenizer for all). Lengths: ours stops each sentence at source length + ``eval.max_len_offset``;
+generate() and CTranslate2 take one limit per call, so each batch gets its largest sentence limit L
+(``max_length=1 + L`` / ``max_decoding_length=L``, ``min_decoding_length=0``) and each output is then
+cut at its own sentence's limit, which is exact for greedy search (a row's tokens do not depend on the
+other rows'). Last line: ratio_vs_hf=<ours sentences/s ÷ generate() sentences/s>.
+
+    python bench/decode_speed.py --compare --checkpoint RUN/best.pt [--limit N] [--export-dir DIR]
 """
 
 import argparse
@@ -21,6 +34,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +42,7 @@ import torch
 
 from transformer.checkpoint import CheckpointError, load_for_inference
 from transformer.corpus import load_multi30k
+from transformer.data import make_batches
 from transformer.evaluation import bleu_chrf, translate_ids
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +64,10 @@ def parse_args(argv=None):
     parser.add_argument("--length-penalty", type=float, help="default: the checkpoint's eval.length_penalty")
     parser.add_argument("--train-minutes", type=float, help="no checkpoint: train one first for N minutes")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--compare", action="store_true", help="ours vs transformers generate() vs CTranslate2"
+    )
+    parser.add_argument("--export-dir", help="--compare: keep the exported models here (default: a temp dir)")
     return parser.parse_args(argv)
 
 
@@ -114,6 +133,133 @@ def measure_decoding(
     return results
 
 
+# -------- --compare: ours vs transformers generate() vs CTranslate2 -----------------------------------
+
+
+def sentence_limits(src_ids: list[list[int]], max_len_offset: int, max_positions: int) -> list[int]:
+    """Our per-sentence length limit (``decoding.max_lengths``): source + EOS + offset, EOS included."""
+    return [max(1, min(len(ids) + 1 + max_len_offset, max_positions)) for ids in src_ids]
+
+
+def length_batches(src_ids: list[list[int]], max_tokens: int) -> list[list[int]]:
+    """The batches ``translate_ids`` decodes: sorted by length, at most ``max_tokens`` padded tokens."""
+    lengths = [len(ids) for ids in src_ids]
+    return make_batches(lengths, lengths, max_tokens, shuffle=False)
+
+
+def cut(tokens: list[int], limit: int, eos_id: int) -> list[int]:
+    """A greedy output with a longer limit -> ours: its first ``limit`` tokens, up to EOS (excluded)."""
+    tokens = tokens[:limit]
+    return tokens[: tokens.index(eos_id)] if eos_id in tokens else tokens
+
+
+def decode_transformers(
+    hf_model, src_ids, tokenizer, settings, max_positions: int, device
+) -> list[list[int]]:
+    """Greedy ``generate()`` (the exported generation config: start from BOS, never PAD or BOS) over our
+    batches; one limit per batch, each output cut at its own."""
+    pad, eos = tokenizer.pad_id, tokenizer.eos_id
+    limits = sentence_limits(src_ids, settings.max_len_offset, max_positions)
+    outputs: list[list[int]] = [[] for _ in src_ids]
+    for batch in length_batches(src_ids, settings.max_tokens):
+        rows = [src_ids[i] + [eos] for i in batch]
+        S = max(len(row) for row in rows)
+        src = torch.tensor([row + [pad] * (S - len(row)) for row in rows], device=device)  # (B, S)
+        generated = hf_model.generate(
+            input_ids=src, attention_mask=src != pad, num_beams=1, do_sample=False,
+            max_length=1 + max(limits[i] for i in batch),
+        )  # fmt: skip
+        for i, row in zip(batch, generated[:, 1:].tolist()):  # (B, 1 + L): drop the start token
+            outputs[i] = cut(row, limits[i], eos)
+    return outputs
+
+
+def decode_ctranslate2(translator, src_ids, tokenizer, settings, max_positions: int) -> list[list[int]]:
+    """Greedy ``translate_batch`` over our batches (pieces in, pieces out); one limit per batch, each output
+    cut at its own; ``min_decoding_length=0`` as ours may produce an empty translation."""
+    eos = tokenizer.eos_id
+    pieces = tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
+    ids = {piece: i for i, piece in enumerate(pieces)}
+    limits = sentence_limits(src_ids, settings.max_len_offset, max_positions)
+    outputs: list[list[int]] = [[] for _ in src_ids]
+    for batch in length_batches(src_ids, settings.max_tokens):
+        tokens = [[pieces[t] for t in src_ids[i]] + [pieces[eos]] for i in batch]
+        results = translator.translate_batch(
+            tokens, beam_size=1, max_decoding_length=max(limits[i] for i in batch), min_decoding_length=0
+        )
+        for i, result in zip(batch, results):
+            outputs[i] = cut([ids[piece] for piece in result.hypotheses[0]], limits[i], eos)
+    return outputs
+
+
+def load_engines(model, tokenizer, settings, checkpoint, export_dir: Path, device: str) -> dict:
+    """{name: src_ids -> outputs}: ours, then the checkpoint exported to transformers and CTranslate2."""
+    import ctranslate2
+    import transformers
+
+    from transformer.marian import export
+
+    export(checkpoint, export_dir / "hf", export_dir / "ct2")
+    hf_model = transformers.MarianMTModel.from_pretrained(export_dir / "hf").to(device).eval()
+    max_positions = model.config.max_positions
+    ct2_device = "cuda" if device.startswith("cuda") else "cpu"
+    threads = {"intra_threads": torch.get_num_threads()} if ct2_device == "cpu" else {}
+    engines = {
+        "ours (cached greedy)": lambda ids: decode(model, ids, tokenizer, device, settings, {"beam_size": 1})[
+            0
+        ],
+        "transformers generate()": lambda ids: decode_transformers(
+            hf_model, ids, tokenizer, settings, max_positions, device
+        ),
+    }
+    for compute_type in ("float32", "int8"):
+        translator = ctranslate2.Translator(
+            str(export_dir / "ct2"), device=ct2_device, compute_type=compute_type, **threads
+        )
+        engines[f"CTranslate2 {compute_type}"] = lambda ids, t=translator: decode_ctranslate2(
+            t, ids, tokenizer, settings, max_positions
+        )
+    return engines
+
+
+def compare_engines(model, tokenizer, settings, test, checkpoint, args, log=print) -> dict:
+    """Decode ``test`` with every engine (one warm-up on 8 sentences each, then one timed run): {name:
+    {seconds, sentences_per_s, bleu, chrf, differ, at_limit}} and ratio_vs_hf."""
+    src_ids = tokenizer.encode_batch(test.src)
+    limits = sentence_limits(src_ids, settings.max_len_offset, model.config.max_positions)
+    sync = torch.cuda.synchronize if str(args.device).startswith("cuda") else (lambda: None)
+    with tempfile.TemporaryDirectory() as tmp:
+        export_dir = Path(args.export_dir or tmp)
+        engines = load_engines(model, tokenizer, settings, checkpoint, export_dir, args.device)
+        log(f"exported to {export_dir}/hf (transformers) and {export_dir}/ct2 (CTranslate2)", flush=True)
+        results, ours = {}, None
+        with torch.no_grad():
+            for name, engine in engines.items():
+                engine(src_ids[:8])  # warm-up
+                sync()
+                start = time.perf_counter()
+                outputs = engine(src_ids)
+                sync()
+                seconds = time.perf_counter() - start
+                ours = outputs if ours is None else ours
+                scores = bleu_chrf(tokenizer.decode_batch(outputs), test.tgt)
+                results[name] = {
+                    "seconds": seconds, "sentences_per_s": len(src_ids) / seconds, "bleu": scores["bleu"],
+                    "chrf": scores["chrf"], "differ": sum(a != b for a, b in zip(outputs, ours)),
+                    "at_limit": sum(len(o) == limit for o, limit in zip(outputs, limits)),
+                }  # fmt: skip
+                r = results[name]
+                log(
+                    f"{name:>24}: {seconds:7.1f} s  {r['sentences_per_s']:8.1f} sentences/s  BLEU "
+                    f"{r['bleu']:5.2f}  lines differing from ours: {r['differ']} of {len(src_ids)}  "
+                    f"(stopped at the length limit: {r['at_limit']})",
+                    flush=True,
+                )
+    hf = results["transformers generate()"]["sentences_per_s"]
+    results["ratio_vs_hf"] = results["ours (cached greedy)"]["sentences_per_s"] / hf
+    return results
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     checkpoint = Path(args.checkpoint) if args.checkpoint else DEFAULT_RUN / "best.pt"
@@ -145,6 +291,15 @@ def main(argv=None) -> int:
         f"{torch.get_num_threads()} threads",
         flush=True,
     )
+    if args.compare:
+        try:
+            results = compare_engines(model, tokenizer, settings, test, checkpoint, args)
+        except ImportError as error:
+            print(f'error: --compare needs transformers and ctranslate2 (pip install -e ".[hf]"): {error}',
+                  file=sys.stderr)  # fmt: skip
+            return 1
+        print(f"ratio_vs_hf={results['ratio_vs_hf']:.2f}")
+        return 0
     results = measure_decoding(
         model, tokenizer, settings, test, args.device, args.beam, log=lambda line: print(line, flush=True)
     )
