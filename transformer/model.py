@@ -35,20 +35,27 @@ class Attention:
     cross: list[torch.Tensor]
 
 
+def _build_stack(
+    stack: nn.Module, config: ModelConfig, embedding: TokenEmbedding, layer: type, n_layers: int
+):
+    """What the encoder and decoder stacks share: the (tied) embedding, the sinusoids, dropout on their sum,
+    N layers, and a final LayerNorm in pre-norm (the last layer's output is not normalised otherwise)."""
+    c = config
+    stack.embedding = embedding
+    stack.positions = PositionalEncoding(c.d_model, c.max_positions, c.sinusoid_layout)
+    stack.dropout = Dropout(c.dropout)
+    stack.layers = nn.ModuleList(
+        layer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation) for _ in range(n_layers)
+    )
+    stack.final_norm = nn.LayerNorm(c.d_model) if c.norm_first else None
+
+
 class Encoder(nn.Module):
     """N encoder layers over embedded + position-encoded source tokens."""
 
     def __init__(self, config: ModelConfig, embedding: TokenEmbedding):
         super().__init__()
-        c = config
-        self.embedding = embedding
-        self.positions = PositionalEncoding(c.d_model, c.max_positions, c.sinusoid_layout)
-        self.dropout = Dropout(c.dropout)
-        self.layers = nn.ModuleList(
-            EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation)
-            for _ in range(c.n_encoder_layers)
-        )
-        self.final_norm = nn.LayerNorm(c.d_model) if c.norm_first else None
+        _build_stack(self, config, embedding, EncoderLayer, config.n_encoder_layers)
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor):
         """src (B, S), src_mask (B, 1, 1, S) -> memory (B, S, D), [self-attention (B, H, S, S)] per layer."""
@@ -67,15 +74,7 @@ class Decoder(nn.Module):
 
     def __init__(self, config: ModelConfig, embedding: TokenEmbedding):
         super().__init__()
-        c = config
-        self.embedding = embedding
-        self.positions = PositionalEncoding(c.d_model, c.max_positions, c.sinusoid_layout)
-        self.dropout = Dropout(c.dropout)
-        self.layers = nn.ModuleList(
-            DecoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation)
-            for _ in range(c.n_decoder_layers)
-        )
-        self.final_norm = nn.LayerNorm(c.d_model) if c.norm_first else None
+        _build_stack(self, config, embedding, DecoderLayer, config.n_decoder_layers)
 
     def forward(
         self,
