@@ -7,6 +7,7 @@
     python translate.py --checkpoint RUN/best.pt --beam 4 --nbest 4 --input test.de > test.nbest
     python translate.py --checkpoint RUN/best.pt --input test.de --score-reference test.en --alignments a.txt
     python translate.py --checkpoint RUN/best.pt --stream      # a line in, its translation out, flushed
+    python translate.py --checkpoint hf:Helsinki-NLP/opus-mt-en-de --attention attn/ "A dog runs."  # released
 
 Everything needed (model, tokenizer, config) comes from the checkpoint, through
 ``transformer.translator.Translator`` (the Python API: this script adds only files and formats). Decoding is
@@ -74,7 +75,11 @@ def parse_args(argv):
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate")
-    parser.add_argument("--checkpoint", required=True, help="a checkpoint written by train.py")
+    parser.add_argument(
+        "--checkpoint", required=True,
+        help="a checkpoint written by train.py, a Hugging Face Marian folder, or hf:NAME (e.g. "
+        "hf:Helsinki-NLP/opus-mt-en-de): a released model, run by our code with its own tokenizer",
+    )  # fmt: skip
     parser.add_argument(
         "--input", default=None, metavar="FILE",
         help="read sentences from FILE, one per line ('-' = stdin, the default without SENTENCEs)",

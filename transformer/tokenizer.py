@@ -120,6 +120,12 @@ class Tokenizer:
         """The ids ``data.collate`` / ``data.iter_batches`` take, in their order."""
         return self.pad_id, self.bos_id, self.eos_id
 
+    @property
+    def target_side(self) -> "Tokenizer":
+        """The tokenizer of target sentences: this one, the vocabulary being joint (a released Marian model
+        has its own, see ``released.MarianText``)."""
+        return self
+
     def encode(self, text: str) -> list[int]:
         return self._sp.encode(text)
 

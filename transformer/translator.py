@@ -37,6 +37,7 @@ from transformer.config import EvalConfig
 from transformer.decoding import max_lengths
 from transformer.evaluation import sentence_attention, sequence_log_probs, translate_ids, translate_nbest
 from transformer.model import Attention, Transformer
+from transformer.released import is_released
 from transformer.runtime import autocast_dtype, resolve_device
 from transformer.tokenizer import Tokenizer
 
@@ -127,10 +128,16 @@ class Translator:
     def from_checkpoint(
         cls, path: str | Path, device: str | torch.device = "cpu", precision: str = "auto", **settings
     ) -> "Translator":
-        """A checkpoint written by ``train.py``. ``device``: "cpu", "cuda", "auto", ...; ``settings``:
-        overrides of the checkpoint's ``eval`` settings (beam_size=4, length_penalty=1.0, max_tokens=...)."""
+        """A checkpoint written by ``train.py``, or a released model: a Hugging Face Marian folder or
+        ``hf:NAME`` (see ``released.py``). ``device``: "cpu", "cuda", "auto", ...; ``settings``: overrides of
+        the checkpoint's ``eval`` settings (beam_size=4, length_penalty=1.0, max_tokens=...)."""
         device = resolve_device(str(device))
-        model, tokenizer, config = load_for_inference(path, device)
+        if is_released(path):
+            from transformer.released import load_released  # needs transformers
+
+            model, tokenizer, config = load_released(path, device)
+        else:
+            model, tokenizer, config = load_for_inference(path, device)
         try:
             return cls(model, tokenizer, dataclasses.replace(config.eval, **settings), device, precision)
         except ValueError as error:  # the checkpoint's own settings cannot work
@@ -149,7 +156,7 @@ class Translator:
 
     def encode_targets(self, sentences: list[str], where: str = "target {n}") -> list[list[int]]:
         """Target ids per sentence (blank: []), truncated to ``max_target_tokens`` with a warning."""
-        ids = encode_lines(sentences, self.tokenizer, self.max_target_tokens, where, self.warn)
+        ids = encode_lines(sentences, self.tokenizer.target_side, self.max_target_tokens, where, self.warn)
         return [i or [] for i in ids]
 
     def decode(self, ids: list[int]) -> str:

@@ -1,0 +1,120 @@
+"""Released translation models for ``translate.py`` and the ``Translator``: a Hugging Face Marian folder (e.g.
+an opus-mt model, or one exported by ``python -m transformer.marian export``) or ``hf:NAME`` from the hub.
+
+The weights go through ``marian.from_marian`` into our own Transformer, so decoding, scoring and every
+attention view run on our code; the text goes through the model's own ``MarianTokenizer``, wrapped in
+``MarianText`` to look like ``tokenizer.Tokenizer`` (ids without EOS, pieces, decode). Source sentences are
+encoded with the source SentencePiece model, references (``score``, teacher-forced attention) with the
+target one (``target_side``).
+"""
+
+import os
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+from transformer.checkpoint import CheckpointError
+from transformer.config import Config, EvalConfig
+from transformer.marian import MarianError, _transformers, from_marian
+from transformer.model import Transformer
+
+HUB_PREFIX = "hf:"
+
+
+def is_released(path: str | Path) -> bool:
+    """``hf:NAME``, or a folder (our checkpoints are files)."""
+    return str(path).startswith(HUB_PREFIX) or Path(path).is_dir()
+
+
+class MarianText:
+    """A MarianTokenizer with the interface of ``tokenizer.Tokenizer`` that the decoders and the Translator
+    use. ``bos_id`` is the decoder start token (Marian: the pad id), which decoding never produces."""
+
+    def __init__(self, hf_tokenizer, start_id: int, target: bool = False):
+        self.hf, self.target = hf_tokenizer, target
+        self.pad_id, self.eos_id, self.unk_id = (
+            hf_tokenizer.pad_token_id,
+            hf_tokenizer.eos_token_id,
+            hf_tokenizer.unk_token_id,
+        )
+        self.bos_id, self.vocab_size = start_id, len(hf_tokenizer)
+
+    @property
+    def pad_bos_eos(self) -> tuple[int, int, int]:
+        return self.pad_id, self.bos_id, self.eos_id
+
+    @property
+    def target_side(self) -> "MarianText":
+        return MarianText(self.hf, self.bos_id, target=True)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        if not texts:
+            return []
+        side = {"text_target": texts} if self.target else {"text": texts}
+        return self.hf(**side, add_special_tokens=False)["input_ids"]
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_batch([text])[0]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.hf.decode(ids, skip_special_tokens=True)
+
+    def decode_batch(self, batch_ids: list[list[int]]) -> list[str]:
+        return [self.decode(ids) for ids in batch_ids]
+
+    def id_to_piece(self, ids: list[int]) -> list[str]:
+        return self.hf.convert_ids_to_tokens(list(ids))
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face Hub answers at all (``from_pretrained`` retries for ~40 s before failing)."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE"):
+        return False
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+def load_pretrained(path: str | Path):
+    """(MarianMTModel, MarianTokenizer) of a folder or ``hf:NAME`` (the local cache first); one-line
+    CheckpointError when it cannot be had."""
+    transformers = _transformers()
+    name = str(path).removeprefix(HUB_PREFIX)
+    is_hub = str(path).startswith(HUB_PREFIX)
+    try:
+        try:
+            loaded = [cls.from_pretrained(name, local_files_only=True)
+                      for cls in (transformers.MarianMTModel, transformers.MarianTokenizer)]  # fmt: skip
+        except OSError:
+            if not is_hub or not hub_reachable():
+                raise
+            loaded = [
+                cls.from_pretrained(name)
+                for cls in (transformers.MarianMTModel, transformers.MarianTokenizer)
+            ]
+    except (OSError, ValueError) as error:
+        if is_hub:
+            raise CheckpointError(
+                f"cannot load {name} from the Hugging Face Hub: not in the local cache and the hub cannot be "
+                "reached; download it where there is network and pass its folder (--checkpoint PATH)"
+            ) from None
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"{path} is not a Marian model folder: {first}") from None
+    return loaded
+
+
+def load_released(path: str | Path, device="cpu") -> tuple[Transformer, MarianText, Config]:
+    """(our model in eval mode, its tokenizer, a Config with this model and default eval settings)."""
+    hf_model, hf_tokenizer = load_pretrained(path)
+    try:
+        model = from_marian(hf_model.float())
+    except MarianError as error:
+        raise CheckpointError(f"{path}: {error}") from None
+    start = hf_model.config.decoder_start_token_id
+    tokenizer = MarianText(hf_tokenizer, start if start is not None else hf_tokenizer.pad_token_id)
+    return model.to(device).eval(), tokenizer, Config(model=model.config, eval=EvalConfig())
