@@ -215,7 +215,10 @@ def load_hub_dataset(name: str, config: str | None, src_lang: str, tgt_lang: str
     ``kwargs`` go to ``datasets.load_dataset`` (e.g. ``cache_dir``, ``data_files``); ``name`` may also be
     a builder such as "json" or "parquet" for local files. Only the ``translation`` column is read.
     """
-    import datasets  # only this source needs it
+    try:
+        import datasets  # only this source needs it
+    except ImportError:
+        raise DataError('data.dataset=hub needs the datasets package: pip install -e ".[hub]"') from None
 
     dataset = datasets.load_dataset(name, config, **kwargs)
     corpus = {}
