@@ -1,15 +1,17 @@
 """Train a Transformer translation model and report BLEU — the training story, top to bottom.
 
     python train.py --config configs/multi30k_de_en.yaml [--run-dir DIR] [--set train.max_steps=200 ...]
-                    [--resume] [--data-dir DIR]
+                    [--resume | --overwrite] [--data-dir DIR]
     torchrun --nproc_per_node=N train.py ...        # data-parallel on N GPUs (NCCL) or CPU processes (gloo)
 
-The story: setup -> steps (forward + backward, optimizer step, log) with evaluate-and-save every
-``eval.every_steps`` -> stop decision -> test with best.pt -> results.json (see ``run_folder.py``).
+The story: ``setup`` (transformer/training.py: corpus, tokenizer, model, optimizer, run folder) -> per update
+``accumulate_gradients`` and ``optimizer_step`` -> ``evaluate_and_save`` every ``eval.every_steps`` ->
+``stop_reason`` -> ``final_test`` with best.pt (or the averaged checkpoints) -> results.json.
 """
 
 import argparse
 import contextlib
+import math
 import sys
 import time
 from collections.abc import Iterator
@@ -19,23 +21,14 @@ import torch
 from tqdm import tqdm
 
 from transformer import reporting
-from transformer.average import average_checkpoints, step_checkpoints
-from transformer.checkpoint import (
-    CheckpointError,
-    load_for_inference,
-    save_checkpoint,
-    unwrap,
-)
+from transformer.average import average_checkpoints, last_step_checkpoints
+from transformer.checkpoint import CheckpointError, load_for_inference, save_checkpoint, unwrap
 from transformer.config import Config, ConfigError, load_config
 from transformer.corpus import DataError
 from transformer.data import Batch, iter_batches, make_batches, prefetch
 from transformer.evaluation import token_loss, translate_and_score
 from transformer.optim import learning_rate, lr_scale, scaled_step, unscale_and_clip
-from transformer.run_folder import (
-    RunFolderError,
-    keep_step_checkpoint,
-    write_results,
-)
+from transformer.run_folder import RunFolderError, keep_step_checkpoint, write_results
 from transformer.runtime import DeviceError
 from transformer.training import Run, TrainingError, check_finite, save, setup
 
@@ -47,14 +40,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--config", required=True, help="YAML file in configs/")
     parser.add_argument("--run-dir", default=None, help="output folder (default runs/<config name>)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    parser.add_argument("--resume", action="store_true", help="continue from RUN_DIR/last.pt")
-    parser.add_argument("--overwrite", action="store_true", help="empty RUN_DIR first if it holds a run")
+    fresh_or_not = parser.add_mutually_exclusive_group()
+    fresh_or_not.add_argument("--resume", action="store_true", help="continue from RUN_DIR/last.pt")
+    fresh_or_not.add_argument("--overwrite", action="store_true", help="remove the run RUN_DIR holds, first")
     parser.add_argument("--data-dir", default=None, help="local Multi30k folder (else $MULTI30K_DIR)")
     return parser.parse_args(argv)
 
 
-# ------------------------------------------------------------------------------------------- setup
-# -------------------------------------------------------------------------------------- one step
+# ------------------------------------------------------------------------------ one optimisation step
 def epoch_batches(run: Run) -> Iterator[Batch]:
     """This rank's batches of the current epoch, from where the state says the epoch stands."""
     state, src_ids, tgt_ids = run.state, *run.splits.train
@@ -71,7 +64,8 @@ def accumulate_gradients(run: Run, train_model: torch.nn.Module, batches: list[B
     target tokens, on every rank together, as if they were one batch (label smoothing inside, §5.4).
     Returns this rank's part of the update's loss per target token."""
     rt, tc, never = run.runtime, run.config.train, run.never_targets
-    n_tokens = rt.sum_over_ranks(torch.tensor(float(sum(b.n_tgt_tokens for b in batches)), device=rt.device))
+    n_local = float(sum(b.n_tgt_tokens for b in batches))  # a device tensor only when ranks must add theirs
+    n_tokens = n_local if rt.world_size == 1 else rt.sum_over_ranks(torch.full((), n_local, device=rt.device))
     step_loss = torch.zeros((), device=rt.device)
     train_model.train()
     for i, batch in enumerate(batches):
@@ -103,9 +97,7 @@ def optimizer_step(run: Run, loss: torch.Tensor) -> tuple[float, torch.Tensor] |
         run.scaler.update()
         return None
     if tc.sync_every == 1:
-        check_finite(
-            run
-        )  # before this update; with sync_every > 1 a bad one is caught within that many steps
+        check_finite(run, state.step + 1)  # before this update; else caught within sync_every steps
     lr = learning_rate(state.step + 1, d_model, tc.warmup_steps, lr_scale(tc, d_model))
     if not scaled_step(run.optimizer, run.scaler, lr):
         return None  # fp16 overflow: the scaler skipped this update
@@ -137,6 +129,7 @@ def evaluate_and_save(run: Run) -> None:
     """Validation loss and greedy BLEU (with the moving average, if any) on rank 0, logged; best.pt when
     ``eval.select_by`` improves; step_<S>.pt for averaging (``train.keep_last``); last.pt always."""
     state, rt, tc, select_by = run.state, run.runtime, run.config.train, run.config.eval.select_by
+    check_finite(run, state.step)  # do not validate (or keep) weights a deferred check would refuse
     names = ["last.pt"]
     if rt.is_main:
         model = unwrap(run.model)
@@ -146,7 +139,7 @@ def evaluate_and_save(run: Run) -> None:
         state.history.append(entry)
         score = -entry["val_loss"] if select_by == "loss" else entry[f"val_{select_by}"]
         state.bad_evals += 1
-        if state.best_score is None or score > state.best_score:
+        if math.isfinite(score) and (state.best_score is None or score > state.best_score):
             state.best_score, state.best_bleu, state.best_step, state.bad_evals = (
                 score,
                 entry["val_bleu"],
@@ -182,7 +175,7 @@ def train_loop(run: Run) -> str:
                 continue  # skipped: non-finite (train.nonfinite_loss = skip) or an fp16 overflow
             progress.update(1)
             if state.step % tc.sync_every == 0:
-                check_finite(run)
+                check_finite(run, state.step)
             if state.step % tc.log_every == 0:
                 step_loss = rt.sum_over_ranks(loss)  # the whole update's loss per target token
                 tokens_per_s = window_tokens * rt.world_size / (time.perf_counter() - window_start)
@@ -202,9 +195,7 @@ def train_loop(run: Run) -> str:
             reason = stop_reason(run)
     progress.close()
     every = run.config.eval.every_steps
-    if (
-        not every or state.step % every or state.step == 0
-    ):  # the last step was not evaluated (same on all ranks)
+    if state.step == 0 or not every or state.step % every:  # the last step is not evaluated yet (all ranks)
         evaluate_and_save(run)
     return reason
 
@@ -217,7 +208,7 @@ def final_test(run: Run, stop_reason: str) -> dict:
     if config.eval.average_last:
         tested = run.run_dir / "averaged.pt"
         save_checkpoint(
-            average_checkpoints(step_checkpoints(run.run_dir)[-config.eval.average_last :]), tested
+            average_checkpoints(last_step_checkpoints(run.run_dir, config.eval.average_last)), tested
         )
     model, tokenizer, _ = load_for_inference(tested, rt.device)
     t0 = time.perf_counter()

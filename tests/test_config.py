@@ -1,5 +1,6 @@
 """Configuration: every YAML in configs/ loads; unknown keys and wrong types are errors naming the key."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,20 @@ def test_bad_files(tmp_path):
     bad.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="mapping of sections"):
         load_config(bad)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["train.log_every=0"], "train.log_every=0 must be >= 1"),
+        (["eval.beam_size=0"], "eval.beam_size=0 must be >= 1"),
+        (["eval.select_by=bleuu"], "eval.select_by='bleuu': expected bleu, chrf or loss"),
+        (["model.max_positions=40", "eval.max_len_offset=39"], "leaves no room for a source"),
+        (["model.max_positions=100"], "data.max_len=128 is more than model.max_positions=100"),
+        (["train.patience=3", "eval.every_steps=0"], "train.patience counts evaluations"),
+        (["eval.average_last=3", "train.keep_last=2"], "eval.average_last=3 needs train.keep_last >= it"),
+    ],
+)
+def test_settings_that_cannot_work_are_refused_by_name(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, overrides)

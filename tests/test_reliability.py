@@ -141,6 +141,20 @@ def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypat
 
 
 @needs_data
+def test_a_deferred_nonfinite_check_stops_within_sync_every_steps(tmp_path, monkeypatch, capsys):
+    """train.sync_every = 4 (no host sync per step, as on a GPU): the NaN of step 7 is applied, caught at
+    the check of step 8 at the latest (here: before the checkpoint of step 8), never saved."""
+    nan_after(7, monkeypatch)
+    run_dir = tmp_path / "run"
+    assert train.main(argv(run_dir, *COMMON, "train.sync_every=4")) == 1
+    err = capsys.readouterr().err
+    assert "non-finite loss" in err and "step 8 or before" in err and "last.pt" in err
+    good = load_checkpoint(run_dir / "last.pt")
+    assert good["state"]["step"] == 6
+    assert all(torch.isfinite(t).all() for t in good["model"].values())
+
+
+@needs_data
 def test_nonfinite_loss_can_skip_the_update(tmp_path, monkeypatch, capsys):
     real = train.token_loss
     calls = {"n": 0}

@@ -28,6 +28,16 @@ def step_checkpoints(run_dir: Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
+def last_step_checkpoints(run_dir: Path, n: int) -> list[Path]:
+    """The last ``n`` step_<S>.pt of a run; a CheckpointError when there are fewer."""
+    found = step_checkpoints(run_dir)
+    if len(found) < n:
+        raise CheckpointError(
+            f"{run_dir} holds {len(found)} step_<S>.pt checkpoints, not {n} (train.keep_last)"
+        )
+    return found[len(found) - n :]
+
+
 def average_checkpoints(paths: list[Path]) -> dict:
     """The inference checkpoint whose weights are the mean of those of ``paths``."""
     if not paths:
@@ -65,13 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         paths = list(args.checkpoints)
         if args.last:
-            n, run_dir = int(args.last[0]), Path(args.last[1])
-            found = step_checkpoints(run_dir)
-            if len(found) < n:
-                raise CheckpointError(
-                    f"{run_dir} holds {len(found)} step_<S>.pt checkpoints, not {n} (train.keep_last)"
-                )
-            paths += found[-n:]
+            paths += last_step_checkpoints(Path(args.last[1]), int(args.last[0]))
         save_checkpoint(average_checkpoints(paths), args.output)
     except (CheckpointError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

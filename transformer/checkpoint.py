@@ -97,11 +97,11 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 # -------- training checkpoints: everything --resume needs ------------------------------------------
 
 
-def rng_state() -> dict[str, torch.Tensor]:
-    """This process's random generators: the CPU one, and the current GPU's."""
+def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    """This process's random generators: the CPU one, and its GPU's when it runs on one."""
     state = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 

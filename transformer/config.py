@@ -155,6 +155,18 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self):
+        if source_token_limit(self.model, self.eval) < 1:
+            raise ConfigError(
+                f"model.max_positions={self.model.max_positions} leaves no room for a source with "
+                f"eval.max_len_offset={self.eval.max_len_offset}"
+            )
+        if self.data.max_len > self.model.max_positions:
+            raise ConfigError(
+                f"data.max_len={self.data.max_len} is more than model.max_positions="
+                f"{self.model.max_positions}: training sentences would not fit the position table"
+            )
+        if self.train.patience and not self.eval.every_steps:
+            raise ConfigError("train.patience counts evaluations: it needs eval.every_steps > 0")
         if self.eval.average_last > self.train.keep_last:
             raise ConfigError(
                 f"eval.average_last={self.eval.average_last} needs train.keep_last >= it "
@@ -165,10 +177,10 @@ class Config:
         return dataclasses.asdict(self)
 
 
-def source_token_limit(config: Config) -> int:
+def source_token_limit(model: ModelConfig, settings: EvalConfig) -> int:
     """The most source tokens (without EOS) the model can translate: the source with its EOS and up to
     ``eval.max_len_offset`` output tokens must fit the position table (``model.max_positions``)."""
-    return config.model.max_positions - config.eval.max_len_offset - 1
+    return model.max_positions - settings.max_len_offset - 1
 
 
 def _check_at_least(section: Any, name: str, **minimums: float) -> None:

@@ -80,7 +80,7 @@ def encode_corpus(corpus: Corpus, tokenizer: Tokenizer, config: Config) -> Split
     for name in ("validation", "test"):
         split = corpus[name].head(data.eval_limit)
         src_ids, tgt_ids = encode_split(split, tokenizer)
-        src_ids = _truncate(src_ids, source_token_limit(config), f"{name} sources")
+        src_ids = _truncate(src_ids, source_token_limit(config.model, config.eval), f"{name} sources")
         tgt_ids = _truncate(tgt_ids, config.model.max_positions - 1, f"{name} targets (for the loss)")
         evaluation += [(src_ids, tgt_ids), split.tgt]
     return Splits(train, keep, *evaluation)
@@ -282,18 +282,30 @@ def prefetch(batches: Iterable[Batch], device: torch.device, depth: int = 2) -> 
     """The same batches, collated ``depth`` ahead by a background thread (pinned when going to a GPU), so
     that building the next batch in Python overlaps with the device's work on this one."""
     ready: queue.Queue = queue.Queue(maxsize=depth)
-    done = object()
+    done, stop = object(), threading.Event()
+
+    def put(item) -> None:  # gives up when the consumer has stopped (a break, an error)
+        while not stop.is_set():
+            try:
+                return ready.put(item, timeout=0.1)
+            except queue.Full:
+                pass
 
     def produce() -> None:
         try:
             for batch in batches:
-                ready.put(batch.pin_memory() if device.type == "cuda" else batch)
+                put(batch.pin_memory() if device.type == "cuda" else batch)
+                if stop.is_set():
+                    return
         except BaseException as error:  # handed to the consumer, raised there
-            ready.put(error)
-        ready.put(done)
+            put(error)
+        put(done)
 
     threading.Thread(target=produce, daemon=True).start()
-    while (item := ready.get()) is not done:
-        if isinstance(item, BaseException):
-            raise item
-        yield item
+    try:
+        while (item := ready.get()) is not done:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()

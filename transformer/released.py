@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from transformer.checkpoint import CheckpointError
-from transformer.config import Config, EvalConfig
+from transformer.config import Config, DataConfig, EvalConfig
 from transformer.marian import MarianError, _transformers, from_marian
 from transformer.model import Transformer
 
@@ -117,4 +117,6 @@ def load_released(path: str | Path, device="cpu") -> tuple[Transformer, MarianTe
         raise CheckpointError(f"{path}: {error}") from None
     start = hf_model.config.decoder_start_token_id
     tokenizer = MarianText(hf_tokenizer, start if start is not None else hf_tokenizer.pad_token_id)
-    return model.to(device).eval(), tokenizer, Config(model=model.config, eval=EvalConfig())
+    positions = model.config.max_positions  # the default eval / data settings, within the position table
+    config = Config(model=model.config, data=DataConfig(max_len=min(128, positions)), eval=EvalConfig())
+    return model.to(device).eval(), tokenizer, config

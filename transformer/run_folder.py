@@ -6,7 +6,6 @@ import json
 import shutil
 from pathlib import Path
 
-import torch.distributed as dist
 import yaml
 
 from transformer.average import step_checkpoints
@@ -22,6 +21,15 @@ class RunFolderError(RuntimeError):
 
 
 RUN_FILES = ("config.yaml", "tokenizer.model", "last.pt", "best.pt", "results.json")
+# what a run writes, all of which --overwrite removes (nothing else in the folder is touched)
+WRITTEN = RUN_FILES + (
+    "tokenizer.vocab",
+    "test_hypotheses.txt",
+    "averaged.pt",
+    "events.*",
+    "step_*.pt",
+    "hparams",
+)
 
 
 def prepare_run_dir(config: Config, run_dir: Path, runtime: Runtime, resume: bool, overwrite: bool) -> None:
@@ -40,8 +48,9 @@ def prepare_run_dir(config: Config, run_dir: Path, runtime: Runtime, resume: boo
         )
     if runtime.is_main:
         try:
-            if overwrite and run_dir.is_dir() and not resume:
-                shutil.rmtree(run_dir)
+            if overwrite and held and not resume:
+                for path in (p for pattern in WRITTEN for p in run_dir.glob(pattern)):
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
         except OSError as error:
@@ -63,8 +72,7 @@ def run_tokenizer(run_dir: Path, train: ParallelText, config: Config, runtime: R
     path, data = run_dir / "tokenizer.model", config.data
     if runtime.is_main and not path.exists():
         train_tokenizer(train.src + train.tgt, run_dir / "tokenizer", data.vocab_size, data.tokenizer_type)
-    if runtime.world_size > 1:
-        dist.barrier()
+    runtime.wait_for_main()  # learning it may take longer than NCCL's timeout
     return Tokenizer(path)
 
 

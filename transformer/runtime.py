@@ -84,9 +84,9 @@ class Runtime:
             dist.barrier(group=self.waiting_group)
 
     def close(self) -> None:
-        """Wait for every process, then leave the process group (under torchrun)."""
+        """Wait for every process (rank 0 may be testing: the long-timeout wait), then leave the group."""
         if self.world_size > 1:
-            dist.barrier()
+            self.wait_for_main()
             dist.destroy_process_group()
 
     def autocast(self):

@@ -13,6 +13,7 @@ import torch
 
 from transformer import reporting
 from transformer.checkpoint import (
+    CheckpointError,
     build_model,
     restore_training,
     rng_state,
@@ -20,7 +21,7 @@ from transformer.checkpoint import (
     training_checkpoint,
 )
 from transformer.config import Config
-from transformer.corpus import load_corpus
+from transformer.corpus import DataError, load_corpus
 from transformer.data import Splits, encode_corpus
 from transformer.decoding import never_produced
 from transformer.ema import EMA
@@ -48,6 +49,7 @@ class State:
     train_tokens: int = 0
     train_seconds: float = 0.0
     history: list = field(default_factory=list)
+    world_size: int = 1  # processes that share the epochs (batch_in_epoch counts one rank's shard)
 
 
 @dataclass
@@ -91,6 +93,13 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     if resume:
         parts = run.optimizer, run.scaler, run.ema, config, runtime.rank
         run.state = State(**restore_training(run_dir / "last.pt", model, *parts))
+        if run.state.world_size != runtime.world_size:
+            raise CheckpointError(
+                f"{run_dir / 'last.pt'} was trained by {run.state.world_size} processes; resume with as many"
+            )
+    run.state.world_size = runtime.world_size
+    if not splits.train_indices:
+        raise DataError(f"no training pair fits data.max_len={config.data.max_len} tokens")
     run.started = time.perf_counter() - run.state.train_seconds
     run.never_targets = never_produced(tokenizer.pad_id, model.start_id(tokenizer.bos_id), tokenizer.eos_id)
     if runtime.world_size > 1:
@@ -113,9 +122,9 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
 def save(run: Run, *names: str) -> dict | None:
     """RUN_DIR/<name> for each name, on rank 0 (see ``training_checkpoint``); returns the checkpoint there.
     Every rank must call it (each rank's RNG state goes in), whatever names it passes."""
-    check_finite(run)  # never save weights a deferred non-finite check would refuse
+    check_finite(run, run.state.step)  # never save weights a deferred non-finite check would refuse
     run.state.train_seconds = time.perf_counter() - run.started
-    rng_states = run.runtime.gather(rng_state())
+    rng_states = run.runtime.gather(rng_state(run.runtime.device))
     if run.runtime.is_main:
         parts = run.model, run.optimizer, run.scaler, run.ema, run.config, run.tokenizer
         checkpoint = training_checkpoint(*parts, dict(vars(run.state)), rng_states)
@@ -124,11 +133,12 @@ def save(run: Run, *names: str) -> dict | None:
         return checkpoint
 
 
-def check_finite(run: Run) -> None:
-    """train.nonfinite_loss = stop: a TrainingError if a loss or gradient was non-finite since the last
-    check; the last checkpoint on disk is from before it."""
-    if run.nonfinite is not None and bool(run.nonfinite):
+def check_finite(run: Run, step: int) -> None:
+    """train.nonfinite_loss = stop: a TrainingError if a loss or gradient was non-finite since the last check
+    (at the latest at ``step``); the last checkpoint on disk is from before it."""
+    bad = run.nonfinite is not None and bool(run.nonfinite)
+    if run.runtime.max_over_ranks(int(bad)):  # every rank stops together (in fp16 a rank can see it alone)
         last = run.run_dir / "last.pt"
         kept = f"the last good checkpoint is {last}" if last.exists() else "no checkpoint yet"
-        raise TrainingError(f"non-finite loss or gradient norm by step {run.state.step + 1}; stopped: {kept}")
+        raise TrainingError(f"non-finite loss or gradient norm at step {step} or before; stopped: {kept}")
     run.nonfinite = None

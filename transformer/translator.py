@@ -33,7 +33,7 @@ import torch
 
 from transformer.alignment import word_alignment
 from transformer.checkpoint import CheckpointError, load_for_inference
-from transformer.config import EvalConfig
+from transformer.config import EvalConfig, source_token_limit
 from transformer.decoding import max_lengths
 from transformer.evaluation import sentence_attention, sequence_log_probs, translate_ids, translate_nbest
 from transformer.model import Attention, Transformer
@@ -116,7 +116,7 @@ class Translator:
         self.model, self.tokenizer, self.settings = model.to(self.device).eval(), tokenizer, settings
         self.dtype = autocast_dtype(precision, self.device)  # None = fp32
         self.warn = warn
-        self.max_source_tokens = model.config.max_positions - settings.max_len_offset - 1
+        self.max_source_tokens = source_token_limit(model.config, settings)
         self.max_target_tokens = model.config.max_positions - 1  # + the start token
         if self.max_source_tokens < 1:
             raise ValueError(
