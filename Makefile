@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= $(wildcard ../shared/data/multi30k)
 CONFIG ?= configs/multi30k_de_en.yaml
 RUN_DIR ?= runs/multi30k_de_en
+TRAIN_FLAGS ?=  # e.g. --overwrite to train again into RUN_DIR, --resume to continue it
 
 .PHONY: setup train test lint clean
 
@@ -19,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 train: setup
-	$(PY) train.py --config $(CONFIG) --run-dir $(RUN_DIR) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
+	$(PY) train.py --config $(CONFIG) --run-dir $(RUN_DIR) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(TRAIN_FLAGS)
 
 test: setup
 	$(PY) -m pytest -v
