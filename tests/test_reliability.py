@@ -141,16 +141,23 @@ def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypat
 
 
 @needs_data
-def test_a_deferred_nonfinite_check_stops_within_sync_every_steps(tmp_path, monkeypatch, capsys):
-    """train.sync_every = 4 (no host sync per step, as on a GPU): the NaN of step 7 is applied, caught at
-    the check of step 8 at the latest (here: before the checkpoint of step 8), never saved."""
-    nan_after(7, monkeypatch)
+@pytest.mark.parametrize(
+    ("nan_from", "checkpoint_every", "caught_at", "last_good"),
+    [(7, 5, 8, 5), (5, 3, 6, 3)],  # caught by the check every 4 steps; caught by the check before a save
+)
+def test_a_deferred_nonfinite_check_stops_within_sync_every_steps(
+    tmp_path, monkeypatch, capsys, nan_from, checkpoint_every, caught_at, last_good
+):
+    """train.sync_every = 4 (no host sync per step, as on a GPU): the NaN update is applied, then caught at
+    the next check (every 4 steps, or before any checkpoint, whichever comes first), never saved."""
+    nan_after(nan_from, monkeypatch)
     run_dir = tmp_path / "run"
-    assert train.main(argv(run_dir, *COMMON, "train.sync_every=4")) == 1
+    settings = (*COMMON, "train.sync_every=4", f"train.checkpoint_every={checkpoint_every}")
+    assert train.main(argv(run_dir, *settings)) == 1
     err = capsys.readouterr().err
-    assert "non-finite loss" in err and "step 8 or before" in err and "last.pt" in err
+    assert "non-finite loss" in err and f"step {caught_at} or before" in err and "last.pt" in err
     good = load_checkpoint(run_dir / "last.pt")
-    assert good["state"]["step"] == 6
+    assert good["state"]["step"] == last_good
     assert all(torch.isfinite(t).all() for t in good["model"].values())
 
 
