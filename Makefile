@@ -1,16 +1,36 @@
-# One command each, on a fresh machine (Python 3.10+):  make train   |   make test
+# One command each, on a fresh machine (Python 3.10+):  make train   |   make test      (make help: the rest)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The offline Multi30k mirror beside the checkout, when there is one; otherwise train.py downloads.
-DATA_DIR ?= $(wildcard ../shared/data/multi30k)
+# Where Multi30k is (data/README.md): DATA_DIR=DIR, else $MULTI30K_DIR, else data/multi30k (downloaded).
+DATA_DIR ?=
 CONFIG ?= configs/multi30k_de_en.yaml
 RUN_DIR ?= runs/multi30k_de_en
 TRAIN_FLAGS ?=  # e.g. --overwrite to train again into RUN_DIR, --resume to continue it
+PYTEST_FLAGS ?=  # e.g. -x, -k attention, tests/test_model.py
 
-.PHONY: setup train test lint clean
+.PHONY: help setup data train test lint clean
+
+help:
+	@echo "make train   set up .venv, fetch Multi30k, train CONFIG into RUN_DIR and print test BLEU"
+	@echo "make test    set up .venv, fetch Multi30k, run the whole test suite (pytest)"
+	@echo "make data    fetch Multi30k into data/multi30k and check its SHA-256 sums (or check DATA_DIR)"
+	@echo "make setup   create .venv with torch 2.13.0 and the package (extras dev, hf, hub)"
+	@echo "make lint    ruff check and ruff format --check"
+	@echo "make clean   remove .venv, runs/ and caches (not data/)"
+	@echo
+	@echo "variables: CONFIG=$(CONFIG)  RUN_DIR=$(RUN_DIR)  TRAIN_FLAGS=--overwrite|--resume"
+	@echo "           DATA_DIR=folder with the Multi30k files (else \$$MULTI30K_DIR, else data/multi30k;"
+	@echo "           MULTI30K_URL=another download mirror)  PYTEST_FLAGS=...  PYTHON=$(PYTHON)  VENV=$(VENV)"
 
 $(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || { \
+	  echo "error: $(PYTHON) is missing or older than 3.10; install Python 3.10+ or run make PYTHON=python3.11"; \
+	  exit 1; }
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { \
+	  echo "error: $(PYTHON) cannot create a virtual environment (no venv/ensurepip module)."; \
+	  echo "       On Debian/Ubuntu: sudo apt install python3-venv   (or python3.X-venv for your version)"; \
+	  exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
@@ -19,11 +39,14 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-train: setup
+data: setup
+	$(PY) -m transformer.multi30k $(if $(DATA_DIR),--data-dir $(DATA_DIR))
+
+train: data
 	$(PY) train.py --config $(CONFIG) --run-dir $(RUN_DIR) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(TRAIN_FLAGS)
 
-test: setup
-	$(PY) -m pytest -v
+test: data
+	$(if $(DATA_DIR),MULTI30K_DIR=$(DATA_DIR)) $(PY) -m pytest -v -rs $(PYTEST_FLAGS)
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -1,7 +1,7 @@
 """Rank recipe changes of the main job on the VALIDATION set, one short run each (the same number of steps,
 so that the machine's speed that day does not decide), one after another.
 
-    python bench/ablation.py --steps 800 --data-dir ../shared/data/multi30k \
+    python bench/ablation.py --steps 800 \
         baseline= ema=train.ema_decay=0.998 vocab6k=data.vocab_size=6000
 
 Each NAME=OVERRIDE[,OVERRIDE...] trains configs/multi30k_de_en.yaml with those --set overrides into

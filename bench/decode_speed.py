@@ -31,7 +31,6 @@ other rows'). Last line: ratio_vs_hf=<ours sentences/s ÷ generate() sentences/s
 import argparse
 import contextlib
 import dataclasses
-import os
 import subprocess
 import sys
 import tempfile
@@ -41,23 +40,18 @@ from pathlib import Path
 import torch
 
 from transformer.checkpoint import CheckpointError, load_for_inference
-from transformer.corpus import load_multi30k
 from transformer.data import make_batches
 from transformer.evaluation import bleu_chrf, translate_ids
+from transformer.multi30k import load_multi30k
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RUN = ROOT / "runs" / "decode_bench"
-SHARED_DATA = ROOT.parent / "shared/data/multi30k"  # the offline mirror beside the checkout, when there
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", help=f"training or slim checkpoint (default: {DEFAULT_RUN}/best.pt)")
-    parser.add_argument(
-        "--data-dir",
-        default=os.environ.get("MULTI30K_DIR") or (str(SHARED_DATA) if SHARED_DATA.is_dir() else None),
-        help="Multi30k folder (default: $MULTI30K_DIR, ../shared/data/multi30k, else the checkout's data/)",
-    )
+    parser.add_argument("--data-dir", help="Multi30k folder (default: $MULTI30K_DIR, else data/multi30k)")
     parser.add_argument("--limit", type=int, default=0, help="only the first N test sentences (smoke runs)")
     parser.add_argument("--max-tokens", type=int, help="batch size (default: checkpoint eval.max_tokens)")
     parser.add_argument("--beam", type=int, default=4)

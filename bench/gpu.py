@@ -189,7 +189,7 @@ def stage_decode(plan: Plan, work: Path, out: Path, save: Callable[[dict], None]
     import torch
 
     from transformer.checkpoint import load_for_inference
-    from transformer.corpus import load_multi30k
+    from transformer.multi30k import load_multi30k
     from transformer.runtime import autocast_dtype
 
     checkpoint = Path(plan.checkpoint) if plan.checkpoint else work / "run" / "best.pt"

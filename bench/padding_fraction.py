@@ -1,6 +1,6 @@
 """How much of a batch is padding: token buckets (§5.1, `make_batches`) against random batches.
 
-    .venv/bin/python bench/padding_fraction.py --data-dir ../shared/data/multi30k
+    .venv/bin/python bench/padding_fraction.py
 
 Trains (once, then loads) a joint 8000-piece BPE model on Multi30k de-en train, builds one training
 epoch of batches under a budget of `--max-tokens` padded tokens, and counts PAD tokens over all
@@ -17,8 +17,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere, no install
 
-from transformer.corpus import load_multi30k  # noqa: E402
 from transformer.data import cut_into_batches, encode_split, iter_batches, make_batches  # noqa: E402
+from transformer.multi30k import load_multi30k  # noqa: E402
 from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_tokenizer  # noqa: E402
 
 
@@ -42,7 +42,7 @@ def report(name: str, batches: list[list[int]], src_ids, tgt_ids) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", default=None, help="Multi30k mirror (default: MULTI30K_DIR)")
+    parser.add_argument("--data-dir", help="Multi30k folder (default: $MULTI30K_DIR, else data/multi30k)")
     parser.add_argument("--tokenizer", default="runs/bench/spm_de_en_8000.model")
     parser.add_argument("--max-tokens", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=0)

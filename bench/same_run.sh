@@ -8,7 +8,7 @@
 # usage: bash bench/same_run.sh SRC_TREE OUT_DIR [DATA_DIR]   (about 10 minutes on 2 CPU cores)
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
-SRC=$1; OUT=$2; DATA=${3:-$HERE/../shared/data/multi30k}
+SRC=$1; OUT=$2; DATA=${3:-${MULTI30K_DIR:-$HERE/data/multi30k}}  # the rule of data/README.md, from this checkout
 PY=$HERE/.venv/bin/python
 cd "$SRC"
 rm -rf "$OUT"; mkdir -p "$OUT"

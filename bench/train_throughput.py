@@ -4,7 +4,7 @@ Both get the same embeddings, positions, output layer, batches (real Multi30k to
 the data the script refuses to run rather than time made-up ones) and optimizer; steps (forward + backward
 + Adam) are interleaved, ours / theirs / ours / ..., and we compare the medians of target tokens per second.
 
-    python bench/train_throughput.py [--data-dir ../shared/data/multi30k] [--steps 20] [--sizes default base]
+    python bench/train_throughput.py [--data-dir DIR] [--steps 20] [--sizes default base]
                                      [--device cuda --precision bf16 --max-tokens 25000] [--compile]
 
 On CUDA it also reports model FLOP utilisation (MFU): the model's matmul FLOPs per step (forward ×3 for
@@ -76,8 +76,8 @@ def real_batches(data_dir: str | None, max_tokens: int, n: int, vocab_size: int 
     """
     import tempfile
 
-    from transformer.corpus import load_multi30k
     from transformer.data import encode_split, iter_batches, make_batches
+    from transformer.multi30k import load_multi30k
     from transformer.tokenizer import train_tokenizer
 
     corpus = load_multi30k("de", "en", data_dir)

@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 from transformer.average import average_checkpoints, step_checkpoints  # noqa: E402
 from transformer.checkpoint import build_model, load_checkpoint, tokenizer_from_tensor  # noqa: E402
 from transformer.config import config_from_dict  # noqa: E402
-from transformer.corpus import load_multi30k  # noqa: E402
 from transformer.evaluation import translate_and_score  # noqa: E402
+from transformer.multi30k import load_multi30k  # noqa: E402
 
 
 def candidates(run_dir: Path) -> dict[str, dict]:

@@ -8,8 +8,8 @@ import pytest
 from conftest import DATA_DIR, needs_data
 
 from transformer.config import Config, load_config
-from transformer.corpus import load_multi30k
 from transformer.data import encode_split, filter_by_length, make_batches
+from transformer.multi30k import load_multi30k
 from transformer.tokenizer import train_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,12 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer import corpus
 from transformer.corpus import (
     Corpus,
     DataError,
     load_hub_dataset,
-    load_multi30k,
     load_parallel_text,
     read_lines,
     read_parallel,
@@ -28,6 +26,7 @@ from transformer.data import (
     make_batches,
     restore_order,
 )
+from transformer.multi30k import load_multi30k
 from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 
 # -------- fixtures -------------------------------------------------------------------------------
@@ -124,30 +123,6 @@ def test_multi30k_missing_file(multi30k_dir, tmp_path):
     (mirror / "test_2016_flickr.de.gz").unlink()
     with pytest.raises(DataError, match=r"test_2016_flickr\.de\.gz: file not found"):
         load_multi30k("de", "en", data_dir=mirror)
-
-
-def test_multi30k_download(multi30k_dir, tmp_path, monkeypatch):
-    """The download path, served from the local mirror through a file:// URL."""
-    monkeypatch.delenv("MULTI30K_DIR", raising=False)
-    monkeypatch.setattr(corpus, "MULTI30K_URL", multi30k_dir.resolve().as_uri() + "/")
-    cache = tmp_path / "cache"
-    loaded = load_multi30k("en", "fr", cache_dir=cache)
-    assert [len(ds) for ds in loaded.values()] == [29000, 1014, 1000]
-    stems = ("train", "val", "test_2016_flickr")
-    expected = [f"{stem}.{lang}.gz" for stem in stems for lang in ("en", "fr")]
-    assert sorted(path.name for path in cache.iterdir()) == sorted(expected)  # no temp files left
-
-
-def test_multi30k_download_checksum_mismatch(multi30k_dir, tmp_path, monkeypatch):
-    server = copy_mirror(multi30k_dir, tmp_path / "server")
-    (server / "train.de.gz").chmod(0o644)
-    (server / "train.de.gz").write_bytes(b"not the real file")
-    monkeypatch.delenv("MULTI30K_DIR", raising=False)
-    monkeypatch.setattr(corpus, "MULTI30K_URL", server.as_uri() + "/")
-    cache = tmp_path / "cache"
-    with pytest.raises(DataError, match=r"train\.de\.gz: SHA-256 mismatch, expected 726e39\w+"):
-        load_multi30k("de", "en", cache_dir=cache)
-    assert not any(cache.iterdir())
 
 
 # -------- read_lines -----------------------------------------------------------------------------

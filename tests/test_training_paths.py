@@ -128,7 +128,7 @@ def test_results_are_the_scores_of_the_written_hypotheses(tmp_path):
     assert run_train(tmp_path / "run", "eval.every_steps=0", "train.max_steps=4") == 0
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     hypotheses = (tmp_path / "run" / "test_hypotheses.txt").read_text(encoding="utf-8").splitlines()
-    from transformer.corpus import load_multi30k
+    from transformer.multi30k import load_multi30k
 
     references = load_multi30k("de", "en", DATA_DIR)["test"].tgt[:24]
     assert results["test_bleu"] == sacrebleu.corpus_bleu(hypotheses, [references]).score

@@ -9,12 +9,6 @@ Every error is a ``DataError`` that names the file and, where it applies, the li
 """
 
 import gzip
-import hashlib
-import os
-import shutil
-import tempfile
-import urllib.error
-import urllib.request
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,12 +18,7 @@ from transformer.config import DataConfig
 
 SPLITS = ("train", "validation", "test")
 SPLIT_ALIASES = {"valid": "validation", "dev": "validation", "val": "validation"}
-MULTI30K_LANGUAGES = ("en", "de", "fr", "cs")
-MULTI30K_FILES = {"train": "train", "validation": "val", "test": "test_2016_flickr"}  # split: file stem
 TEXT_FILES = {"train": "train", "validation": "valid", "test": "test"}  # <text_prefix>.<stem>.<lang>
-MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
-# the checkout's data/ folder (git-ignored), where a corpus is downloaded unless a local copy is named
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 
 class DataError(ValueError):
@@ -134,81 +123,6 @@ def load_parallel_text(files: dict[str, tuple[str | Path, str | Path]]) -> Corpu
     return {split_name(split): read_parallel(src, tgt) for split, (src, tgt) in files.items()}
 
 
-def load_multi30k(
-    src_lang: str = "de",
-    tgt_lang: str = "en",
-    data_dir: str | Path | None = None,
-    cache_dir: str | Path | None = None,
-) -> Corpus:
-    """Multi30k task 1 (train 29000, validation 1014, test = test_2016_flickr 1000 sentences).
-
-    Files come from `data_dir`, else the `MULTI30K_DIR` environment variable, else they are
-    downloaded once into `cache_dir` (default: the checkout's data/multi30k). Either way each
-    file must match its SHA-256 in `multi30k_sha256sums.txt`.
-    """
-    check_languages(src_lang, tgt_lang, valid=MULTI30K_LANGUAGES)
-    data_dir = data_dir if data_dir is not None else os.environ.get("MULTI30K_DIR")
-    cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else DATA_DIR / "multi30k"
-    expected = multi30k_sha256sums()
-    files = {}
-    for split, stem in MULTI30K_FILES.items():
-        names = [f"{stem}.{src_lang}.gz", f"{stem}.{tgt_lang}.gz"]
-        if data_dir is not None:
-            paths = [Path(data_dir) / name for name in names]
-        else:
-            paths = [download(MULTI30K_URL + name, cache_dir / name, expected[name]) for name in names]
-        for name, path in zip(names, paths, strict=True):
-            if not path.is_file():
-                raise DataError(f"{path}: file not found (Multi30k data_dir {data_dir})")
-            check_sha256(path, expected[name])
-        files[split] = (paths[0], paths[1])
-    return load_parallel_text(files)
-
-
-def multi30k_sha256sums() -> dict[str, str]:
-    """{file name: hex digest} from the `sha256sum`-format file shipped next to this module."""
-    text = Path(__file__).with_name("multi30k_sha256sums.txt").read_text(encoding="utf-8")
-    return {name: digest for digest, name in (line.split() for line in text.splitlines() if line)}
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def check_sha256(path: Path, expected: str, name: str | None = None) -> None:
-    actual = sha256(path)
-    if actual != expected:
-        raise DataError(
-            f"{name or path}: SHA-256 mismatch, expected {expected}, got {actual} "
-            "(a truncated or different file?)"
-        )
-
-
-def download(url: str, path: Path, expected_sha256: str) -> Path:
-    """Fetch ``url`` into ``path`` unless it is already there.
-
-    The bytes go to a temp file that is checked, then renamed: never a half-written ``path``.
-    """
-    if path.is_file():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
-            shutil.copyfileobj(response, out)
-        check_sha256(Path(tmp_name), expected_sha256, name=url)
-        os.replace(tmp_name, path)
-    except (urllib.error.URLError, OSError) as error:
-        raise DataError(f"cannot download {url}: {error} (or set MULTI30K_DIR)") from error
-    finally:
-        Path(tmp_name).unlink(missing_ok=True)
-    return path
-
-
 def load_hub_dataset(name: str, config: str | None, src_lang: str, tgt_lang: str, **kwargs) -> Corpus:
     """A Hugging Face hub translation dataset: ``load_hub_dataset("wmt14", "de-en", "de", "en")``.
 
@@ -241,6 +155,8 @@ def load_hub_dataset(name: str, config: str | None, src_lang: str, tgt_lang: str
 def load_corpus(data: DataConfig) -> Corpus:
     """The configured corpus (``data.dataset``) with its train / validation / test splits."""
     if data.dataset == "multi30k":
+        from transformer.multi30k import load_multi30k  # it reads its files through this module
+
         corpus = load_multi30k(data.src_lang, data.tgt_lang, data.data_dir)
     elif data.dataset == "hub":
         if not data.hub_name:
