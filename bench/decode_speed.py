@@ -14,8 +14,8 @@ unless ``--train-minutes N`` asks it to train one first with train.py (configs/m
 
 Last line: speedup_cache=<cached greedy sentences/s ÷ uncached greedy sentences/s>.
 
-``--compare`` measures instead our cached greedy against the inference engines users deploy with (issue 10,
-item 6): the checkpoint is exported (``transformer.marian.export``) to a transformers folder and a
+``--compare`` measures instead our cached greedy against the inference engines users deploy with: the
+checkpoint is exported (``transformer.marian.export``) to a transformers folder and a
 CTranslate2 model, and the same sentences in the same length-sorted batches are decoded greedily by
 ``MarianMTModel.generate(num_beams=1)`` and by ``ctranslate2.Translator.translate_batch(beam_size=1)`` in
 fp32 and int8. Per engine: sentences/s, BLEU and how many lines differ from ours (token ids compared; the

@@ -305,7 +305,7 @@ def summary(stages: dict[str, dict]) -> dict:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", help="folder for results.json and tensorboard/ (on the device: $OUT)")
+    parser.add_argument("out", help="folder for results.json and tensorboard/")
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, seconds per stage")
     parser.add_argument("--data-dir", help="Multi30k folder (default: $MULTI30K_DIR, else data/multi30k)")
     parser.add_argument(

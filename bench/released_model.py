@@ -1,4 +1,4 @@
-"""The released-model walk-through (issue 10, item 5): our attention inside Helsinki-NLP/opus-mt-en-de.
+"""The released-model walk-through: our attention inside Helsinki-NLP/opus-mt-en-de.
 
     python bench/released_model.py --model hf:Helsinki-NLP/opus-mt-en-de   # or a local Hugging Face folder
     python bench/released_model.py --model random [--random-size reduced|full]

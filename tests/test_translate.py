@@ -237,7 +237,7 @@ def test_input_errors_are_one_line_errors(tiny_checkpoint, tmp_path, capsys):
             assert code == 1 and err.startswith("error: ") and message in err and err.count("\n") == 1, err
 
 
-# ------------------------------------------------------------------ issue 12: scores, n-best, alignments
+# ------------------------------------------------------------------ scores, n-best, alignments
 
 
 def fields(lines: list[str]) -> list[list[str]]:

@@ -93,7 +93,7 @@ def download(url: str, path: Path, expected_sha256: str, progress: bool = True) 
                     out.write(chunk)
                     bar.update(len(chunk))
             if size is not None and bar.n != size:  # http.client ends a cut transfer quietly
-                raise DataError(f"cannot download {url}: interrupted after {bar.n} of {size} bytes (not kept)")
+                raise DataError(f"cannot download {url}: interrupted after {bar.n} of {size} bytes, not kept")
         check_sha256(Path(tmp_name), expected_sha256, name=f"{url} (not kept)")
         os.replace(tmp_name, path)
     except urllib.error.HTTPError as error:  # the server answered: its status
