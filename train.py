@@ -26,11 +26,12 @@ from transformer.checkpoint import CheckpointError, load_for_inference, save_che
 from transformer.config import Config, ConfigError, load_config
 from transformer.corpus import DataError
 from transformer.data import Batch, iter_batches, make_batches, prefetch
-from transformer.evaluation import token_loss, translate_and_score
+from transformer.evaluation import token_loss
 from transformer.optim import learning_rate, lr_scale, scaled_step, unscale_and_clip
 from transformer.run_folder import RunFolderError, keep_step_checkpoint, write_results
 from transformer.runtime import DeviceError
-from transformer.training import Run, TrainingError, check_finite, save, setup
+from transformer.training import Run, TrainingError, check_finite, save, setup, validate
+from transformer.translator import Translator
 
 STOP_REASONS = (None, "max_steps", "max_epochs", "max_minutes", "patience")
 
@@ -56,14 +57,14 @@ def epoch_batches(run: Run) -> Iterator[Batch]:
         run.config.train.seed, state.epoch, run.runtime.rank, run.runtime.world_size,
         indices=run.splits.train_indices,
     )  # fmt: skip
-    return iter_batches(src_ids, tgt_ids, batches[state.batch_in_epoch :], *run.tokenizer.pad_bos_eos)
+    return iter_batches(src_ids, tgt_ids, batches[state.batch_in_epoch :], *unwrap(run.model).pad_start_eos)
 
 
 def accumulate_gradients(run: Run, train_model: torch.nn.Module, batches: list[Batch]) -> torch.Tensor:
     """Forward + backward over the micro-batches of one update. Their summed loss is divided by all their
     target tokens, on every rank together, as if they were one batch (label smoothing inside, §5.4).
     Returns this rank's part of the update's loss per target token."""
-    rt, tc, never = run.runtime, run.config.train, run.never_targets
+    rt, tc, never, pad_id = run.runtime, run.config.train, run.never_targets, unwrap(run.model).pad_id
     n_local = float(sum(b.n_tgt_tokens for b in batches))  # a device tensor only when ranks must add theirs
     n_tokens = n_local if rt.world_size == 1 else rt.sum_over_ranks(torch.full((), n_local, device=rt.device))
     step_loss = torch.zeros((), device=rt.device)
@@ -74,9 +75,7 @@ def accumulate_gradients(run: Run, train_model: torch.nn.Module, batches: list[B
         with run.model.no_sync() if rt.world_size > 1 and not last else contextlib.nullcontext():
             with rt.autocast():
                 logits = train_model(batch.src, batch.tgt_in)  # (B, T, V)
-            loss = (
-                token_loss(logits, batch.tgt_out, run.tokenizer.pad_id, tc.label_smoothing, never) / n_tokens
-            )
+            loss = token_loss(logits, batch.tgt_out, pad_id, tc.label_smoothing, never) / n_tokens
             run.scaler.scale(loss * rt.world_size if rt.world_size > 1 else loss).backward()
         step_loss += loss.detach()
         run.state.train_tokens += batch.n_tgt_tokens
@@ -134,8 +133,7 @@ def evaluate_and_save(run: Run) -> None:
     if rt.is_main:
         model = unwrap(run.model)
         with run.ema.applied(model) if run.ema is not None else contextlib.nullcontext():
-            args = (run.splits, run.tokenizer, run.config.eval, rt, run.writer, state.step, state.epoch)
-            entry = reporting.validate(model, *args)
+            entry = validate(run, model)
         state.history.append(entry)
         score = -entry["val_loss"] if select_by == "loss" else entry[f"val_{select_by}"]
         state.bad_evals += 1
@@ -166,6 +164,8 @@ def train_loop(run: Run) -> str:
     reason = stop_reason(run)
     while reason is None:
         for batch in prefetch(epoch_batches(run), rt.device):
+            if not micro_batches:  # where this update starts: what --resume reads again if it is pending
+                update_start = (state.epoch, state.batch_in_epoch)
             state.batch_in_epoch += 1
             if len(micro_batches := micro_batches + [batch]) < tc.accum_steps:
                 continue  # accumulating (across epochs too)
@@ -194,6 +194,8 @@ def train_loop(run: Run) -> str:
             state.epoch, state.batch_in_epoch = state.epoch + 1, 0
             reason = stop_reason(run)
     progress.close()
+    if micro_batches:  # stopped at an epoch end inside an update: last.pt points at its first micro-batch
+        state.epoch, state.batch_in_epoch = update_start
     every = run.config.eval.every_steps
     if state.step == 0 or not every or state.step % every:  # the last step is not evaluated yet (all ranks)
         evaluate_and_save(run)
@@ -207,14 +209,12 @@ def final_test(run: Run, stop_reason: str) -> dict:
     tested = run.run_dir / "best.pt"
     if config.eval.average_last:
         tested = run.run_dir / "averaged.pt"
-        save_checkpoint(
-            average_checkpoints(last_step_checkpoints(run.run_dir, config.eval.average_last)), tested
-        )
+        kept = last_step_checkpoints(run.run_dir, config.eval.average_last)
+        save_checkpoint(average_checkpoints(kept, config.eval.average_weights), tested)
     model, tokenizer, _ = load_for_inference(tested, rt.device)
     t0 = time.perf_counter()
-    _, hyps, scores = translate_and_score(
-        model, src_ids, refs, tokenizer, rt.device, rt.autocast, config.eval, "test"
-    )
+    translator = Translator(model, tokenizer, config.eval, rt.device, config.train.precision)
+    _, hyps, scores = translator.evaluate(src_ids, refs, progress="test")
     seconds, params = time.perf_counter() - t0, sum(p.numel() for p in model.parameters())
     results = reporting.run_results(
         scores, config, run.state, stop_reason, rt.world_size, tested=tested.name,

@@ -25,11 +25,12 @@ import torch
 
 from transformer.alignment import pharaoh
 from transformer.checkpoint import CheckpointError
+from transformer.config import PRECISIONS
 from transformer.corpus import split_lines
 from transformer.evaluation import bleu_chrf
 from transformer.plotting import add_attention_figures
 from transformer.runtime import DeviceError
-from transformer.translator import PRECISIONS, SentenceAttention, Translator, warn
+from transformer.translator import SentenceAttention, Translator, warn
 
 EPILOG = """\
 stdout holds the translations only, exactly one line per input line, in input order; warnings,
@@ -42,10 +43,13 @@ errors and the --reference scores go to stderr.
   - A translation has at most (source tokens + 1) + eval.max_len_offset tokens, EOS included (§6.1).
 Other outputs (log-probs are natural logs summed over the tokens and EOS, as the search scores them):
   --with-scores        LOG_PROB<TAB>TRANSLATION (a blank input line still gives an empty line)
-  --nbest N            N lines per input: LINE_NO<TAB>RANK<TAB>LOG_PROB<TAB>TRANSLATION (from 1; a blank
-                       input line gives one line "LINE_NO<TAB>1<TAB>0.000000<TAB>")
-  --score-reference F  no search: LOG_PROB<TAB>TOKENS<TAB>LOG_PROB/TOKENS of each reference line given its
-                       input line (TOKENS counts EOS; a blank input line gives 0.000000<TAB>0<TAB>0.000000)
+  --nbest N            N lines per input: LINE_NO<TAB>RANK<TAB>SCORE<TAB>LOG_PROB<TAB>TRANSLATION, RANK from
+                       1 by SCORE = LOG_PROB / ((5 + TOKENS) / 6) ** --length-penalty, what beam search ranks
+                       by (TOKENS counts EOS); LOG_PROB need not decrease (a blank input line gives one line
+                       "LINE_NO<TAB>1<TAB>0.000000<TAB>0.000000<TAB>")
+  --score-reference F  no search: LOG_PROB<TAB>TOKENS<TAB>LOG_PROB/TOKENS (the mean per token, not --nbest's
+                       SCORE) of each reference line given its input line (TOKENS counts EOS; a blank input
+                       line gives 0.000000<TAB>0<TAB>0.000000)
   --alignments F       one line per input: Pharaoh "i-j" pairs, 0-based source word i, target word j (of
                        the 1-best, or of the --score-reference line), from the cross-attention of decoder
                        layer --align-layer averaged over heads, sub-words merged into words
@@ -124,7 +128,8 @@ def parse_args(argv):
 def add_output_arguments(parser) -> None:
     parser.add_argument(
         "--nbest", type=int, default=None, metavar="N",
-        help="write the N best translations of each line with their log-probs (N <= --beam; see below)",
+        help="write the N best translations of each line with their ranking scores and log-probs "
+        "(N <= --beam; see below)",
     )  # fmt: skip
     parser.add_argument("--with-scores", action="store_true", help="prefix each translation by its log-prob")
     parser.add_argument(
@@ -369,7 +374,8 @@ def process(
         texts = [translator.decode(h.ids) for h in hyps]
         if args.nbest is not None:
             out = [
-                f"{n}\t{rank}\t{h.log_prob:.6f}\t{text}" for rank, (h, text) in enumerate(zip(hyps, texts), 1)
+                f"{n}\t{rank}\t{h.score:.6f}\t{h.log_prob:.6f}\t{text}"
+                for rank, (h, text) in enumerate(zip(hyps, texts), 1)
             ]
         elif args.with_scores and src is not None:
             out = [f"{hyps[0].log_prob:.6f}\t{texts[0]}"]

@@ -63,7 +63,7 @@ def training_step_memory(which: str, length: int, device: str) -> float:
     """MiB of peak memory added by one training step on a batch of 8 sentences of ``length`` tokens."""
     torch.manual_seed(0)
     sizes = SIZES["default"]
-    model = Transformer(sizes, 8000, 8000, 0)
+    model = Transformer(sizes, 8000, 8000, 0, 2, 3)
     if which == "torch":
         model = TorchTransformerMT(model)
     model.to(device)

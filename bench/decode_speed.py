@@ -29,7 +29,6 @@ other rows'). Last line: ratio_vs_hf=<ours sentences/s ÷ generate() sentences/s
 """
 
 import argparse
-import contextlib
 import dataclasses
 import subprocess
 import sys
@@ -41,8 +40,9 @@ import torch
 
 from transformer.checkpoint import CheckpointError, load_for_inference
 from transformer.data import make_batches
-from transformer.evaluation import bleu_chrf, translate_ids
+from transformer.evaluation import bleu_chrf
 from transformer.multi30k import load_multi30k
+from transformer.translator import Translator
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RUN = ROOT / "runs" / "decode_bench"
@@ -75,37 +75,36 @@ def train_checkpoint(data_dir: str | None, minutes: float) -> Path:
     return DEFAULT_RUN / "best.pt"
 
 
-def decode(
-    model, src_ids, tokenizer, device, settings, method: dict, autocast=contextlib.nullcontext
-) -> tuple[list[list[int]], float]:
-    """(outputs in input order, seconds) of ``translate_ids`` with the decoding options in ``method``."""
-    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+def decode(translator: Translator, src_ids, method: dict) -> tuple[list[list[int]], float]:
+    """(outputs in input order, seconds) of ``Translator.search`` with the decoding options in ``method``."""
+    sync = torch.cuda.synchronize if translator.device.type == "cuda" else (lambda: None)
     sync()
     start = time.perf_counter()
     use_cache = method.pop("use_cache", True)
-    settings = dataclasses.replace(settings, **method)
-    outputs = translate_ids(model, src_ids, tokenizer, device, autocast, settings, use_cache=use_cache)
+    settings = dataclasses.replace(translator.settings, **method)
+    outputs = translator.search(src_ids, settings, use_cache=use_cache)
     sync()
     return outputs, time.perf_counter() - start
 
 
 def measure_decoding(
-    model, tokenizer, settings, test, device, beam: int, autocast=contextlib.nullcontext, log=print
+    model, tokenizer, settings, test, device, beam: int, precision: str = "fp32", log=print
 ) -> dict:
     """Decode ``test`` (a ParallelText) three ways with the same batches (``settings``: an EvalConfig):
     {method: {seconds, sentences_per_s, bleu, chrf, mean_output_tokens}} plus whether cached and uncached
     greedy agree and the sacreBLEU signature. One warm-up on 8 sentences first."""
     src_ids = tokenizer.encode_batch(test.src)
+    translator = Translator(model, tokenizer, settings, device, precision)
     methods = {
         "greedy_cache": {"beam_size": 1},
         "greedy_no_cache": {"beam_size": 1, "use_cache": False},
         f"beam{beam}_cache": {"beam_size": beam},
     }
     for method in methods.values():  # warm-up: first-call allocations are no one's cost
-        decode(model, src_ids[:8], tokenizer, device, settings, dict(method), autocast)
+        decode(translator, src_ids[:8], dict(method))
     results, outputs = {}, {}
     for name, method in methods.items():
-        outputs[name], seconds = decode(model, src_ids, tokenizer, device, settings, dict(method), autocast)
+        outputs[name], seconds = decode(translator, src_ids, dict(method))
         scores = bleu_chrf(tokenizer.decode_batch(outputs[name]), test.tgt)
         results[name] = {
             "seconds": seconds,
@@ -136,7 +135,7 @@ def sentence_limits(src_ids: list[list[int]], max_len_offset: int, max_positions
 
 
 def length_batches(src_ids: list[list[int]], max_tokens: int) -> list[list[int]]:
-    """The batches ``translate_ids`` decodes: sorted by length, at most ``max_tokens`` padded tokens."""
+    """The batches ``Translator.search`` decodes: sorted by length, at most ``max_tokens`` padded tokens."""
     lengths = [len(ids) for ids in src_ids]
     return make_batches(lengths, lengths, max_tokens, shuffle=False)
 

@@ -11,8 +11,6 @@ themselves, so that the README cannot disagree with them; tests/test_readme.py c
 """
 
 import argparse
-import contextlib
-import dataclasses
 import datetime
 import json
 import subprocess
@@ -26,10 +24,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from anywhere, no install
-from transformer.checkpoint import load_for_inference  # noqa: E402
 from transformer.config import load_config  # noqa: E402
-from transformer.evaluation import sentence_attention, translate_ids  # noqa: E402
 from transformer.plotting import attention_figure  # noqa: E402
+from transformer.translator import Translator  # noqa: E402
 
 
 def validation_curve(results: dict, path: Path) -> None:
@@ -52,23 +49,18 @@ def validation_curve(results: dict, path: Path) -> None:
 
 
 def cross_attention(checkpoint: Path, sentence: str, path: Path) -> str:
-    model, tokenizer, config = load_for_inference(checkpoint)
-    src_ids = tokenizer.encode(sentence)
-    greedy = dataclasses.replace(config.eval, beam_size=1)
-    hyp_ids = translate_ids(model, [src_ids], tokenizer, "cpu", contextlib.nullcontext, greedy)[0]
-    attention, src_labels, tgt_labels, _ = sentence_attention(
-        model, tokenizer, src_ids, hyp_ids, greedy.max_len_offset
-    )
+    translator = Translator.from_checkpoint(checkpoint, "cpu", "fp32", beam_size=1)
+    attention = translator.attention(sentence)  # of its own greedy translation
     last = len(attention.cross) - 1
     fig = attention_figure(
-        attention.cross[last][0].mean(dim=0),
-        src_labels,
-        tgt_labels,
+        attention.cross[last].mean(dim=0),
+        attention.source_pieces,
+        attention.target_pieces,
         f"cross-attention, layer {last} (mean of heads)",
     )
     fig.savefig(path)
     plt.close(fig)
-    return tokenizer.decode(hyp_ids)
+    return translator.translate([sentence])[0]
 
 
 FIGURES = ROOT / "docs" / "figures.json"

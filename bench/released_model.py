@@ -305,8 +305,8 @@ def translation(ours, released: Released, src: torch.Tensor, args, log=print) ->
     if text is not None:
         log(f"target: {text}  (given, teacher-forced)")
         return [i for i in released.encode_target(text) if i != eos], True
-    start_id = ours.start_id(hf_config.bos_token_id if hf_config.bos_token_id is not None else pad)
-    hyp = greedy_decode(ours, src, start_id, eos, args.max_len_offset)[0]
+    start_id = ours.start_id
+    hyp = greedy_decode(ours, src, args.max_len_offset)[0]
     limit = int(max_lengths(ours, src, args.max_len_offset)[0])
     settings = _transformers().GenerationConfig(
         decoder_start_token_id=start_id, pad_token_id=pad, eos_token_id=eos, max_new_tokens=limit,
@@ -424,7 +424,7 @@ def walk_through(released: Released, args: argparse.Namespace, log=print) -> dic
     log(f"source: {args.source}\nsource pieces: {released.pieces(src_ids)} + {args.pad} × <pad>")
     hyp, ended = translation(ours, released, src, args, log)
     predicted = hyp + [eos] if ended else hyp  # what each decoder row predicts
-    tgt_in = torch.tensor([[ours.start_id(pad)] + predicted[:-1]])  # (1, T)
+    tgt_in = torch.tensor([[ours.start_id] + predicted[:-1]])  # (1, T)
     pairs = attention_pairs(ours, hf_model)
     rows, our_outputs, marian = block_differences(pairs, ours, hf_model, src, tgt_in, pad)
     print_blocks(rows, args.dtype, log)

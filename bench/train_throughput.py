@@ -118,8 +118,8 @@ def measure(
     ``train.compile``; nn.Transformer stays eager. Compilation happens in the warm-up rounds.
     """
     torch.manual_seed(0)
-    ours = Transformer(sizes, vocab, vocab, 0).to(device)
-    theirs = TorchTransformerMT(Transformer(sizes, vocab, vocab, 0))
+    ours = Transformer(sizes, vocab, vocab, 0, 2, 3).to(device)
+    theirs = TorchTransformerMT(Transformer(sizes, vocab, vocab, 0, 2, 3))
     models = {"ours": ours, "torch": theirs.to(device)}
     if compile_backend is not None:
         models["ours"] = torch.compile(ours, dynamic=True, backend=compile_backend)

@@ -1,5 +1,6 @@
 """Which weights of a finished run translate best: best.pt, the last step's raw weights, the moving average
-(train.ema_decay), and the average of the kept evaluation checkpoints (train.keep_last, §6.1).
+(train.ema_decay), and the average of the kept evaluation checkpoints (train.keep_last, §6.1): of their raw
+weights and of their moving averages.
 
     python bench/weights_compare.py RUN_DIR [--data-dir DIR]
 
@@ -8,33 +9,33 @@ own tokenizer and eval settings. Prints a markdown table.
 """
 
 import argparse
-import contextlib
 import dataclasses
 import sys
 from pathlib import Path
-
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere, no install
 from transformer.average import average_checkpoints, step_checkpoints  # noqa: E402
 from transformer.checkpoint import build_model, load_checkpoint, tokenizer_from_tensor  # noqa: E402
 from transformer.config import config_from_dict  # noqa: E402
-from transformer.evaluation import translate_and_score  # noqa: E402
 from transformer.multi30k import load_multi30k  # noqa: E402
+from transformer.translator import Translator  # noqa: E402
 
 
 def candidates(run_dir: Path) -> dict[str, dict]:
-    """name -> a model state dict."""
+    """name -> a model state dict: best.pt, the last step's raw weights and moving average, and the
+    average of the kept evaluation checkpoints' raw weights (§6.1) and of their moving averages."""
     last = load_checkpoint(run_dir / "last.pt")
     found = {"best.pt": load_checkpoint(run_dir / "best.pt")["model"]}
-    if "train_model" in last:
-        found["last step, raw weights"] = last["train_model"]
+    has_ema = "train_model" in last
+    found["last step, raw weights"] = last["train_model"] if has_ema else last["model"]
+    if has_ema:
         found["last step, moving average"] = last["model"]
-    else:
-        found["last step"] = last["model"]
     kept = step_checkpoints(run_dir)
     if len(kept) > 1:
-        found[f"average of the last {len(kept)} evaluations"] = average_checkpoints(kept)["model"]
+        for weights in ("raw", "ema") if has_ema else ("raw",):
+            what = "raw weights" if weights == "raw" else "moving averages"
+            name = f"average of the last {len(kept)} evaluation checkpoints' {what}"
+            found[name] = average_checkpoints(kept, weights)["model"]
     return found
 
 
@@ -51,13 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, state in candidates(args.run_dir).items():
         model = build_model(config.model, tokenizer)
         model.load_state_dict(state)
-        scores = []
+        scores, translator = [], Translator(model, tokenizer, greedy, "cpu", "fp32")
         for split in ("validation", "test"):
             src_ids = tokenizer.encode_batch(corpus[split].src)
-            with torch.no_grad():
-                _, _, score = translate_and_score(
-                    model, src_ids, corpus[split].tgt, tokenizer, "cpu", contextlib.nullcontext, greedy
-                )
+            _, _, score = translator.evaluate(src_ids, corpus[split].tgt)
             scores.append(score["bleu"])
         print(f"| {name} | {scores[0]:.2f} | {scores[1]:.2f} |", flush=True)
     return 0

@@ -33,7 +33,7 @@ def random_model(
         d_model=16, n_heads=2, d_ff=32, n_encoder_layers=2, n_decoder_layers=2,
         norm_first=norm_first, share_embeddings=False, max_positions=max_positions,
     )  # fmt: skip
-    model = Transformer(config, vocab_size, vocab_size, pad_id=PAD).double().eval()
+    model = Transformer(config, vocab_size, vocab_size, pad_id=PAD, bos_id=2, eos_id=3).double().eval()
     torch.nn.init.normal_(model.output_proj.weight, std=output_std)
     if bias is None:
         bias = torch.zeros(vocab_size, dtype=torch.float64)
@@ -90,8 +90,8 @@ def test_cached_greedy_equals_full_recompute(norm_first):
     ended = limited = 0
     for seed in range(4):
         model, src = random_model(seed, norm_first=norm_first), random_sources(seed)
-        cached = greedy_decode(model, src, BOS, EOS, max_len_offset=8)
-        assert cached == greedy_decode(model, src, BOS, EOS, max_len_offset=8, use_cache=False)
+        cached = greedy_decode(model, src, max_len_offset=8)
+        assert cached == greedy_decode(model, src, max_len_offset=8, use_cache=False)
         ended_now, limited_now = endings(model, src, cached, 8)
         ended, limited = ended + ended_now, limited + limited_now
     assert ended > 3 and limited > 3, "the test needs sentences of both endings"
@@ -101,10 +101,10 @@ def test_batched_greedy_equals_one_by_one():
     ended = limited = 0
     for seed in range(3):
         model, src = random_model(seed), random_sources(seed)
-        batched = greedy_decode(model, src, BOS, EOS, max_len_offset=8)
-        one_by_one = [greedy_decode(model, row[None], BOS, EOS, max_len_offset=8)[0] for row in src]
+        batched = greedy_decode(model, src, max_len_offset=8)
+        one_by_one = [greedy_decode(model, row[None], max_len_offset=8)[0] for row in src]
         assert batched == one_by_one  # (each row still carries the batch's padding: it changes nothing)
-        trimmed = [greedy_decode(model, row[row != PAD][None], BOS, EOS, max_len_offset=8)[0] for row in src]
+        trimmed = [greedy_decode(model, row[row != PAD][None], max_len_offset=8)[0] for row in src]
         assert batched == trimmed
         ended_now, limited_now = endings(model, src, batched, 8)
         ended, limited = ended + ended_now, limited + limited_now
@@ -116,17 +116,17 @@ def test_greedy_stops_at_the_length_limit():
     model = random_model(0, eos_bias=-100.0)  # never EOS
     src = pad_sources([[5], [5, 6, 7], [8, 9]])
     for use_cache in (True, False):
-        outputs = greedy_decode(model, src, BOS, EOS, max_len_offset=4, use_cache=use_cache)
+        outputs = greedy_decode(model, src, max_len_offset=4, use_cache=use_cache)
         assert [len(out) for out in outputs] == [2 + 4, 4 + 4, 3 + 4]
     small = random_model(0, eos_bias=-100.0, max_positions=7)
-    assert [len(out) for out in greedy_decode(small, src, BOS, EOS, max_len_offset=50)] == [7, 7, 7]
+    assert [len(out) for out in greedy_decode(small, src, max_len_offset=50)] == [7, 7, 7]
 
 
 def test_greedy_eos_ends_a_sentence_and_is_not_returned():
     src = random_sources(0)
-    assert greedy_decode(random_model(0, eos_bias=100.0), src, BOS, EOS, 50) == [[]] * len(src)
+    assert greedy_decode(random_model(0, eos_bias=100.0), src, 50) == [[]] * len(src)
     model = random_model(0)
-    outputs = greedy_decode(model, src, BOS, EOS, max_len_offset=8)
+    outputs = greedy_decode(model, src, max_len_offset=8)
     assert all(EOS not in out for out in outputs)
     assert any(0 < len(out) < limit for out, limit in zip(outputs, max_lengths(model, src, 8)))
 
@@ -137,9 +137,9 @@ def test_greedy_never_produces_pad_or_bos():
     bias = torch.zeros(V, dtype=torch.float64)
     bias[PAD] = bias[BOS] = 50.0
     model, src = random_model(0, bias=bias), random_sources(0)
-    outputs = greedy_decode(model, src, BOS, EOS, max_len_offset=6)
+    outputs = greedy_decode(model, src, max_len_offset=6)
     assert not any({PAD, BOS} & set(out) for out in outputs)
-    assert outputs == greedy_decode(model, src, BOS, EOS, max_len_offset=6, use_cache=False)
+    assert outputs == greedy_decode(model, src, max_len_offset=6, use_cache=False)
 
 
 # --------------------------------------------------------------------------------------------- beam
@@ -149,15 +149,15 @@ def test_greedy_never_produces_pad_or_bos():
 def test_beam_of_one_equals_greedy(alpha):
     for seed in range(4):
         model, src = random_model(seed, norm_first=seed % 2 == 1), random_sources(seed)
-        assert beam_search(model, src, BOS, EOS, 1, alpha, 8) == greedy_decode(model, src, BOS, EOS, 8)
+        assert beam_search(model, src, 1, alpha, 8) == greedy_decode(model, src, 8)
 
 
 def test_batched_beam_equals_one_by_one():
     ended = limited = 0
     for seed in range(3):
         model, src = random_model(seed), random_sources(seed)
-        batched = beam_search(model, src, BOS, EOS, 4, 0.6, 8)
-        assert batched == [beam_search(model, row[None], BOS, EOS, 4, 0.6, 8)[0] for row in src]
+        batched = beam_search(model, src, 4, 0.6, 8)
+        assert batched == [beam_search(model, row[None], 4, 0.6, 8)[0] for row in src]
         assert all(
             EOS not in out and len(out) <= limit for out, limit in zip(batched, max_lengths(model, src, 8))
         )
@@ -179,8 +179,8 @@ def test_beam_wider_than_the_search_space_is_exhaustive_search():
     for seed, alpha in itertools.product(range(3), (0.0, 0.6, 1.0)):
         model = random_model(seed, vocab_size=6, output_std=0.3)
         assert max_lengths(model, src, 1).tolist() == limits
-        found = beam_search(model, src, BOS, EOS, 128, alpha, max_len_offset=1)
-        greedy = greedy_decode(model, src, BOS, EOS, max_len_offset=1)
+        found = beam_search(model, src, 128, alpha, max_len_offset=1)
+        greedy = greedy_decode(model, src, max_len_offset=1)
         for i, limit in enumerate(limits):
             hyps = [list(h) for n in range(limit + 1) for h in itertools.product(words, repeat=n)]
             scores = model_scores(model, src[i : i + 1].expand(len(hyps), -1), hyps, alpha, 1)
@@ -198,8 +198,8 @@ def test_beam_of_four_usually_scores_at_least_as_well_as_greedy(alpha):
     at_least, total, beam_sum, greedy_sum = 0, 0, 0.0, 0.0
     for seed in range(4):
         model, src = random_model(seed), random_sources(seed, batch=10)
-        beam = model_scores(model, src, beam_search(model, src, BOS, EOS, 4, alpha, 8), alpha, 8)
-        greedy = model_scores(model, src, greedy_decode(model, src, BOS, EOS, 8), alpha, 8)
+        beam = model_scores(model, src, beam_search(model, src, 4, alpha, 8), alpha, 8)
+        greedy = model_scores(model, src, greedy_decode(model, src, 8), alpha, 8)
         at_least += int((beam >= greedy - 1e-9).sum())
         total += len(src)
         beam_sum, greedy_sum = beam_sum + float(beam.sum()), greedy_sum + float(greedy.sum())
@@ -210,12 +210,12 @@ def test_beam_of_four_usually_scores_at_least_as_well_as_greedy(alpha):
 def test_beam_stops_at_the_length_limit_and_never_returns_specials():
     model = random_model(2, eos_bias=-100.0)
     src = pad_sources([[5], [5, 6, 7], [8, 9]])
-    assert [len(out) for out in beam_search(model, src, BOS, EOS, 4, 0.6, 4)] == [6, 8, 7]
-    assert beam_search(random_model(2, eos_bias=100.0), src, BOS, EOS, 4, 0.6, 4) == [[], [], []]
-    outputs = beam_search(random_model(2), random_sources(2), BOS, EOS, 3, 0.6, 8)
+    assert [len(out) for out in beam_search(model, src, 4, 0.6, 4)] == [6, 8, 7]
+    assert beam_search(random_model(2, eos_bias=100.0), src, 4, 0.6, 4) == [[], [], []]
+    outputs = beam_search(random_model(2), random_sources(2), 3, 0.6, 8)
     assert not any({PAD, BOS, EOS} & set(out) for out in outputs)
     with pytest.raises(ValueError, match="beam_size"):
-        beam_search(model, src, BOS, EOS, 0, 0.6, 50)
+        beam_search(model, src, 0, 0.6, 50)
 
 
 # -------------------------------------------------------------------------------- trained checkpoint
@@ -235,7 +235,7 @@ def trained(tiny_checkpoint):
         bias = torch.zeros(model.output_proj.out_features)
         bias[EOS] = eos_bias
         hook = model.output_proj.register_forward_hook(lambda module, inputs, logits, b=bias: logits + b)
-        ended, limited = endings(model, src, greedy_decode(model, src, BOS, EOS, 50), 50)
+        ended, limited = endings(model, src, greedy_decode(model, src, 50), 50)
         if ended >= 3 and limited >= 3:
             return model, src
         hook.remove()
@@ -244,16 +244,16 @@ def trained(tiny_checkpoint):
 
 def test_trained_checkpoint_cached_greedy_equals_full_recompute_and_one_by_one(trained):
     model, src = trained
-    cached = greedy_decode(model, src, BOS, EOS, 50)
-    assert cached == greedy_decode(model, src, BOS, EOS, 50, use_cache=False)
+    cached = greedy_decode(model, src, 50)
+    assert cached == greedy_decode(model, src, 50, use_cache=False)
     ended, limited = endings(model, src, cached, 50)
     assert ended > 0 and limited > 0
-    assert cached[:6] == [greedy_decode(model, row[row != PAD][None], BOS, EOS, 50)[0] for row in src[:6]]
+    assert cached[:6] == [greedy_decode(model, row[row != PAD][None], 50)[0] for row in src[:6]]
     assert any(cached), "the tiny model should produce words"
 
 
 def test_trained_checkpoint_beam_of_one_equals_greedy_and_batched_beam_equals_one_by_one(trained):
     model, src = trained
-    assert beam_search(model, src, BOS, EOS, 1, 0.6, 50) == greedy_decode(model, src, BOS, EOS, 50)
-    batched = beam_search(model, src[:6], BOS, EOS, 4, 0.6, 50)
-    assert batched == [beam_search(model, row[row != PAD][None], BOS, EOS, 4, 0.6, 50)[0] for row in src[:6]]
+    assert beam_search(model, src, 1, 0.6, 50) == greedy_decode(model, src, 50)
+    batched = beam_search(model, src[:6], 4, 0.6, 50)
+    assert batched == [beam_search(model, row[row != PAD][None], 4, 0.6, 50)[0] for row in src[:6]]

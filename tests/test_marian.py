@@ -2,6 +2,7 @@
 against generate(), exact round trips, refusals, and the export of a tiny trained checkpoint to
 transformers and CTranslate2. The Hub is never contacted."""
 
+import dataclasses
 import gzip
 
 import pytest
@@ -116,7 +117,7 @@ def test_greedy_equals_generate():
     ends = 0
     for row, limit in zip(src, limits):
         row = row[row != PAD][None]  # (1, S)
-        mine = greedy_decode(ours, row, PAD, EOS, max_len_offset=4)[0]
+        mine = greedy_decode(ours, row, max_len_offset=4)[0]
         theirs = hf_model.generate(
             input_ids=row, num_beams=1, do_sample=False, max_new_tokens=limit, bad_words_ids=[[PAD]]
         )[0].tolist()
@@ -155,7 +156,7 @@ def test_our_interleaved_model_exports_as_the_same_function(activation):
     torch.manual_seed(7)
     config = ModelConfig(d_model=16, n_heads=4, d_ff=32, n_encoder_layers=2, n_decoder_layers=2,
                          max_positions=64, activation=activation, output_bias=True)  # fmt: skip
-    ours = Transformer(config, V, V, pad_id=0).double().eval()
+    ours = Transformer(config, V, V, pad_id=0, bos_id=2, eos_id=3).double().eval()
     with torch.no_grad():
         for parameter in ours.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
@@ -167,7 +168,7 @@ def test_our_interleaved_model_exports_as_the_same_function(activation):
     assert relative(from_marian(hf_model)(src, tgt_in), logits) <= 1e-12
     for row in src:
         row = row[row != 0][None]
-        mine = greedy_decode(ours, row, 2, 3, max_len_offset=5)[0]
+        mine = greedy_decode(ours, row, max_len_offset=5)[0]
         theirs = hf_model.generate(input_ids=row, max_new_tokens=row.size(1) + 5, bad_words_ids=[[0], [2]])
         theirs = theirs[0, 1:].tolist()
         assert mine == (theirs[:-1] if theirs[-1] == 3 else theirs)
@@ -204,7 +205,7 @@ def test_learned_positions_and_pre_norm_are_refused():
         hf_model.model.decoder.embed_positions.weight.normal_()
     with pytest.raises(MarianError, match="decoder.embed_positions"):
         from_marian(hf_model)
-    pre_norm = Transformer(ModelConfig(d_model=16, n_heads=4, d_ff=32, norm_first=True), V, V, 0)
+    pre_norm = Transformer(ModelConfig(d_model=16, n_heads=4, d_ff=32, norm_first=True), V, V, 0, 2, 3)
     with pytest.raises(MarianError, match="norm_first"):
         to_marian(pre_norm)
 
@@ -228,13 +229,18 @@ def test_start_token_equal_to_pad_is_attended():
 
 
 def test_eos_is_never_ruled_out():
-    """A start token that shares EOS's id (bos_token_id == eos_token_id in Marian configs) is not banned."""
+    """EOS is never banned, even when BOS shares its id (bos_token_id == eos_token_id in Marian configs); a
+    model that would START from EOS is refused by name."""
     torch.manual_seed(11)
-    model = Transformer(ModelConfig(d_model=16, n_heads=4, d_ff=32, output_bias=True), V, V, 0).eval()
+    config = ModelConfig(d_model=16, n_heads=4, d_ff=32, output_bias=True, decoder_start_token="pad")
+    model = Transformer(config, V, V, pad_id=0, bos_id=3, eos_id=3).eval()
+    assert model.never_produced == [0]
+    with pytest.raises(ValueError, match="decoder_start_token=bos starts the decoder from id 3, which is"):
+        Transformer(dataclasses.replace(config, decoder_start_token="bos"), V, V, 0, 3, 3)
     with torch.no_grad():
         model.output_proj.bias[3] = 100.0
     src = torch.tensor([[5, 6, 3], [7, 3, 0]])
-    assert greedy_decode(model, src, bos_id=3, eos_id=3, max_len_offset=5) == [[], []]
+    assert greedy_decode(model, src, max_len_offset=5) == [[], []]
 
 
 class PiecesTokenizer:
@@ -262,7 +268,7 @@ def test_ctranslate2_model_decodes_as_our_greedy(tmp_path, options):
     torch.manual_seed(12)
     config = ModelConfig(d_model=16, n_heads=4, d_ff=32, n_encoder_layers=2, n_decoder_layers=2,
                          max_positions=64, **options)  # fmt: skip
-    model = Transformer(config, V, V, pad_id=0).eval()
+    model = Transformer(config, V, V, pad_id=0, bos_id=2, eos_id=3).eval()
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
@@ -274,7 +280,7 @@ def test_ctranslate2_model_decodes_as_our_greedy(tmp_path, options):
     to_ctranslate2(model, tokenizer, tmp_path / "ct2")
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu")
     src = sources(13, B=6).masked_fill(sources(13, B=6) == PAD, 0).masked_fill(sources(13, B=6) == EOS, 3)
-    ours = greedy_decode(model, src, 2, 3, max_len_offset=6)
+    ours = greedy_decode(model, src, max_len_offset=6)
     for row, limit, mine in zip(src, max_lengths(model, src, 6).tolist(), ours):
         pieces = tokenizer.id_to_piece(row[row != 0].tolist())
         result = translator.translate_batch(
@@ -327,7 +333,7 @@ def test_export_decodes_as_our_greedy_in_transformers_and_ctranslate2(tiny_check
         ids = hf_tokenizer(line).input_ids
         assert ids == tokenizer.encode(line) + [eos]  # the Marian tokenizer reads our pieces
         src = torch.tensor([ids])
-        ours = greedy_decode(model, src, tokenizer.bos_id, eos, offset)[0]
+        ours = greedy_decode(model, src, offset)[0]
         limit = int(max_lengths(model, src, offset)[0])
         theirs = hf_model.generate(input_ids=src, max_length=limit + 1)[0, 1:].tolist()  # saved settings
         ends += theirs[-1] == eos

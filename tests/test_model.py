@@ -16,7 +16,7 @@ def small_model(norm_first=False, share=True, **kw) -> Transformer:
         d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0,
         norm_first=norm_first, share_embeddings=share, **kw,
     )  # fmt: skip
-    return Transformer(config, V, V, PAD).eval()
+    return Transformer(config, V, V, PAD, 2, 3).eval()
 
 
 def random_tokens(B, T):
@@ -94,7 +94,7 @@ def test_shared_embeddings_are_tied_to_the_output_projection():
     assert untied.output_proj.weight is not untied.decoder.embedding.weight
     assert untied.encoder.embedding is not untied.decoder.embedding
     with pytest.raises(ValueError, match="src_vocab_size=10 and tgt_vocab_size=20"):
-        Transformer(ModelConfig(d_model=32, n_heads=4), 10, 20, PAD)
+        Transformer(ModelConfig(d_model=32, n_heads=4), 10, 20, PAD, 2, 3)
 
 
 def test_returns_every_layers_attention():

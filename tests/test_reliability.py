@@ -184,7 +184,7 @@ def test_nonfinite_loss_can_skip_the_update(tmp_path, monkeypatch, capsys):
 def test_degenerate_batches_give_no_nan(dtype):
     torch.manual_seed(0)
     config = ModelConfig(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2)
-    model = Transformer(config, 30, 30, pad_id=0).train()
+    model = Transformer(config, 30, 30, pad_id=0, bos_id=2, eos_id=3).train()
     src = torch.zeros(4, 9, dtype=torch.long)
     src[0, :] = torch.randint(4, 30, (9,))  # one real sentence...
     src[1, 0] = 5  # ...a source of length 1; rows 2 and 3 are all padding
@@ -225,3 +225,25 @@ def test_bad_config_file_is_a_clear_error(tmp_path, capsys):
     assert train.main(["--config", str(bad), "--run-dir", str(tmp_path / "run")]) == 1
     assert "unknown key model.d_modell" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+@needs_data
+def test_resume_at_an_epoch_end_keeps_the_pending_micro_batches(tmp_path):
+    """train.accum_steps=2 over an epoch of an odd number of batches: the epoch's last batch waits for the
+    next epoch's first. A run stopped at the epoch end (max_epochs=1) and resumed (max_epochs=2) must end
+    as the run that never stopped; it used to drop that last batch (the saved state was the next epoch's
+    start)."""
+    common = ["eval.every_steps=0", "train.max_steps=0", "train.accum_steps=2", "data.train_limit=310"]  # 41
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert train.main(argv(straight, *common, "train.max_epochs=2")) == 0
+    first = load_checkpoint(straight / "last.pt")["state"]
+    assert train.main(argv(stopped, *common, "train.max_epochs=1")) == 0
+    middle = load_checkpoint(stopped / "last.pt")["state"]
+    assert middle["step"] * 2 < first["step"], "the epoch must end with a pending micro-batch"  # odd epoch
+    assert train.main(argv(stopped, *common, "train.max_epochs=2") + ["--resume"]) == 0
+    a, b = load_checkpoint(straight / "last.pt"), load_checkpoint(stopped / "last.pt")
+    assert (
+        a["state"]["step"] == b["state"]["step"] and a["state"]["train_tokens"] == b["state"]["train_tokens"]
+    )
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), f"{name} differs after resume"

@@ -124,17 +124,32 @@ def test_resume_refuses_a_changed_data_or_model_config(tmp_path, capsys):
     assert "other values of model.d_ff, data.max_tokens; cannot resume" in err
 
 
+class FastGrowingScaler(torch.amp.GradScaler):
+    """Doubles its loss scale every 2 good updates (PyTorch's default: 2000), so that within 12 steps the
+    scale both grows and, on fp16 overflows, backs off and skips updates: its state shapes the run."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, growth_interval=2, **kwargs)
+
+
 @needs_data
-def test_fp16_with_grad_scaler_trains_and_resumes(tmp_path):
-    """The fp16 path (autocast + GradScaler, here on the CPU): its loss scale is saved and restored."""
+def test_fp16_with_grad_scaler_resumes_exactly(tmp_path, monkeypatch):
+    """The fp16 path (autocast + GradScaler, here on the CPU): 6 steps, stop, --resume to 12 == 12 steps
+    straight, bit for bit, the scaler's loss scale and growth tracker included (saved and restored)."""
+    monkeypatch.setattr(torch.amp, "GradScaler", FastGrowingScaler)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     fp16 = ("train.precision=fp16", "eval.every_steps=0")
-    assert run_train(tmp_path / "run", *fp16, "train.max_steps=6") == 0
-    first = load_checkpoint(tmp_path / "run" / "last.pt")
-    assert first["scaler"]["scale"] > 0
-    assert run_train(tmp_path / "run", *fp16, "train.max_steps=12", resume=True) == 0
-    final = load_checkpoint(tmp_path / "run" / "last.pt")
-    assert final["state"]["step"] == 12
-    assert all(torch.isfinite(t).all() for t in final["model"].values())
+    assert run_train(straight, *fp16, "train.checkpoint_every=3") == 0
+    assert run_train(resumed, *fp16, "train.max_steps=6") == 0
+    assert run_train(resumed, *fp16, "train.max_steps=12", resume=True) == 0
+    a, b = load_checkpoint(straight / "last.pt"), load_checkpoint(resumed / "last.pt")
+    assert a["state"]["step"] == b["state"]["step"] == 12
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    assert a["scaler"] == b["scaler"]  # scale, _growth_tracker and the scaler's settings
+    # 12 good updates, doubling the initial 2**16 every 2, would reach 2**22: an overflow halved it (and
+    # its update was skipped), so the scaler's state decided which updates happened
+    assert a["scaler"]["growth_interval"] == 2 and 2**16 < a["scaler"]["scale"] < 2**22
 
 
 def test_resume_without_checkpoint_is_an_error(tmp_path, capsys):
@@ -153,7 +168,7 @@ def test_learning_rate_schedule_of_section_5_3():
 def test_overfits_a_tiny_set_to_near_zero_loss():
     torch.manual_seed(0)
     config = ModelConfig(d_model=64, n_heads=4, d_ff=128, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0)
-    model = Transformer(config, 20, 20, pad_id=0)
+    model = Transformer(config, 20, 20, pad_id=0, bos_id=2, eos_id=3)
     pairs = [
         (torch.randint(4, 20, (n,)).tolist(), torch.randint(4, 20, (n + 1,)).tolist()) for n in range(3, 11)
     ]

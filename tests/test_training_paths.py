@@ -40,7 +40,7 @@ def toy_run(accum_steps: int) -> SimpleNamespace:
     """What ``train.accumulate_gradients`` reads of a Run, around a small dropout-free model."""
     torch.manual_seed(0)
     config = ModelConfig(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)
-    model = Transformer(config, 30, 30, pad_id=0)
+    model = Transformer(config, 30, 30, pad_id=0, bos_id=2, eos_id=3)
     return SimpleNamespace(
         runtime=Runtime(torch.device("cpu"), None),
         config=SimpleNamespace(train=TrainConfig(accum_steps=accum_steps, label_smoothing=0.1)),
@@ -173,6 +173,28 @@ def test_keep_last_and_average_last(tmp_path, capsys):
         average_checkpoints([])
 
 
+@needs_data
+def test_averaging_with_a_moving_average_averages_the_raw_weights_unless_told(tmp_path, capsys):
+    """With train.ema_decay > 0 the step checkpoints keep the raw weights beside the moving average, and
+    averaging (§6.1) takes the raw ones by default: it used to average the moving-average snapshots."""
+    run_dir = tmp_path / "run"
+    settings = ("train.max_steps=9", "eval.every_steps=3", "train.keep_last=2", "eval.average_last=2",
+                "train.ema_decay=0.9")  # fmt: skip
+    assert run_train(run_dir, *settings) == 0
+    a, b = (load_checkpoint(p) for p in step_checkpoints(run_dir))
+    name = "decoder.layers.0.ffn.linear1.weight"
+    mean = lambda key: (a[key][name].double() + b[key][name].double()).div(2).float()  # noqa: E731
+    assert not torch.equal(a["train_model"][name], a["model"][name])  # raw and moving average both kept
+    torch.testing.assert_close(load_checkpoint(run_dir / "averaged.pt")["model"][name], mean("train_model"))
+    assert average_main([str(tmp_path / "ema.pt"), "--last", "2", str(run_dir), "--weights", "ema"]) == 0
+    torch.testing.assert_close(load_checkpoint(tmp_path / "ema.pt")["model"][name], mean("model"))
+    assert "averaged the ema weights of 2 checkpoints" in capsys.readouterr().out
+    plain = tmp_path / "plain"  # no moving average: nothing to average but the raw weights
+    assert run_train(plain, "train.max_steps=6", "eval.every_steps=3", "train.keep_last=2") == 0
+    assert average_main([str(tmp_path / "x.pt"), "--last", "2", str(plain), "--weights", "ema"]) == 1
+    assert "has no moving average" in capsys.readouterr().err
+
+
 # -------- torch.compile -------------------------------------------------------------------------
 
 
@@ -188,13 +210,15 @@ def test_compile_trains_on_the_cpu(tmp_path):
 @needs_data
 def test_torchrun_ranks_stay_identical_and_match_one_process(tmp_path):
     """tests/ddp_check.py under torchrun (2 CPU processes, gloo): parameters identical across ranks after
-    several steps, disjoint shards, the loss and update of the single-process run on the same global
-    batch, and (test_train.py's torchrun run) different dropout masks per rank."""
+    several steps of 2 micro-batches per rank (gradients averaged over the ranks after the last one only),
+    disjoint shards, the loss and update of the single-process run on the same global batch, and
+    (test_train.py's torchrun run) different dropout masks per rank."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            str(ROOT / "tests" / "ddp_check.py"), str(tmp_path)]  # fmt: skip
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((tmp_path / "ddp_report.json").read_text())
+    assert report["no_sync_entered"] == 3  # 3 updates, each accumulating its first micro-batch unsynced
     assert report["params_identical_across_ranks"] and report["shards_disjoint"]
     assert report["loss_rel_diff_vs_one_process"] < 1e-6 and report["param_max_diff_vs_one_process"] < 1e-6

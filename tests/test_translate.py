@@ -43,9 +43,9 @@ def expected(checkpoint, sentences, beam_size=1, alpha=0.6) -> list[str]:
     for sentence in sentences:
         src = torch.tensor([tokenizer.encode(sentence) + [tokenizer.eos_id]])  # (1, S)
         if beam_size == 1:
-            ids = greedy_decode(model, src, tokenizer.bos_id, tokenizer.eos_id, offset)[0]
+            ids = greedy_decode(model, src, offset)[0]
         else:
-            ids = beam_search(model, src, tokenizer.bos_id, tokenizer.eos_id, beam_size, alpha, offset)[0]
+            ids = beam_search(model, src, beam_size, alpha, offset)[0]
         lines.append(tokenizer.decode(ids))
     return lines
 
@@ -67,11 +67,11 @@ def test_arguments_stdin_and_file_give_the_same_lines_in_input_order(
 
 def test_blank_lines_give_empty_lines_without_running_the_model(tiny_checkpoint, capsys, monkeypatch):
     seen = []
-    real = translator_module.translate_ids
+    real = translator_module.Translator.search
     monkeypatch.setattr(
-        translator_module,
-        "translate_ids",
-        lambda model, src_ids, *a: seen.extend(src_ids) or real(model, src_ids, *a),
+        translator_module.Translator,
+        "search",
+        lambda self, src_ids, *a, **k: seen.extend(src_ids) or real(self, src_ids, *a, **k),
     )
     stdin = f"{SENTENCES[0]}\n\n   \n{SENTENCES[1]}\n".encode()
     code, lines, err = run(
@@ -257,12 +257,37 @@ def test_nbest_gives_n_ranked_lines_whose_first_is_the_plain_output(tiny_checkpo
     assert code == 0 and err == "" and len(lines) == 3 * len(SENTENCES)
     rows = fields(lines)
     assert [(r[0], r[1]) for r in rows] == [(str(n), str(k)) for n in (1, 2, 3) for k in (1, 2, 3)]
-    assert [r[3] for r in rows if r[1] == "1"] == plain
-    assert all(float(r[2]) < 0 for r in rows)
+    assert [r[4] for r in rows if r[1] == "1"] == plain
+    assert all(float(r[2]) < 0 and float(r[3]) < 0 for r in rows)
     code, with_scores, _ = run(base + ["--with-scores"] + SENTENCES, capsys)
     assert code == 0 and [line.split("\t") for line in with_scores] == [
-        [r[2], r[3]] for r in rows if r[1] == "1"
+        [r[3], r[4]] for r in rows if r[1] == "1"
     ]
+
+
+def test_nbest_prints_the_score_it_ranks_by(tiny_checkpoint, tmp_path, capsys):
+    """SCORE (the third column) never increases within an input's list and is LOG_PROB / lp(tokens + EOS);
+    the raw LOG_PROB beside it need not decrease (it did not, in this set, when only it was printed)."""
+    sources = read_lines(DATA_DIR / "val.de.gz")[:40]
+    (tmp_path / "val.de").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+    base = ["--checkpoint", str(tiny_checkpoint), "--beam", "4", "--nbest", "4", "--length-penalty", "2.0"]
+    code, lines, _ = run(base + ["--input", str(tmp_path / "val.de")], capsys)
+    rows = fields(lines)
+    translator = api(tiny_checkpoint, length_penalty=2.0)
+    found = [h for hyps in translator.translate_ids(translator.encode(sources), 4, 4) for h in hyps]
+    assert code == 0 and len(rows) == len(found) == 4 * len(sources)
+    by_line = {}
+    for row, hyp in zip(rows, found, strict=True):
+        score, log_prob = float(row[2]), float(row[3])
+        assert score == pytest.approx(log_prob / ((5 + len(hyp.ids) + hyp.ended) / 6) ** 2.0, abs=2e-6)
+        by_line.setdefault(row[0], []).append((score, log_prob))
+    assert all(
+        [s for s, _ in ranked] == sorted((s for s, _ in ranked), reverse=True) for ranked in by_line.values()
+    )
+    raw_not_monotone = [
+        r for r in by_line.values() if [p for _, p in r] != sorted((p for _, p in r), reverse=True)
+    ]
+    assert raw_not_monotone, "no list here where the length penalty reorders: the test would not tell"
 
 
 def test_score_reference_of_the_nbest_gives_the_same_numbers(tiny_checkpoint, tmp_path, capsys):
@@ -277,20 +302,20 @@ def test_score_reference_of_the_nbest_gives_the_same_numbers(tiny_checkpoint, tm
     checked = [
         (row, sources[int(row[0]) - 1])
         for row, hyp in zip(fields(lines), [h for hyps in found for h in hyps])
-        if hyp.ended and translator.tokenizer.encode(row[3]) == hyp.ids
+        if hyp.ended and translator.tokenizer.encode(row[4]) == hyp.ids
     ]
     assert code == 0 and len(checked) >= 10, "too few hypotheses to compare"
     (tmp_path / "src.de").write_text("".join(src + "\n" for _, src in checked), encoding="utf-8")
-    (tmp_path / "hyp.en").write_text("".join(row[3] + "\n" for row, _ in checked), encoding="utf-8")
+    (tmp_path / "hyp.en").write_text("".join(row[4] + "\n" for row, _ in checked), encoding="utf-8")
     code, scores, err = run(
         base + ["--input", str(tmp_path / "src.de"), "--score-reference", str(tmp_path / "hyp.en")], capsys
     )
     assert code == 0 and err == ""
     for (row, _), score in zip(checked, fields(scores), strict=True):
         total, n_tokens, mean = float(score[0]), int(score[1]), float(score[2])
-        assert abs(total - float(row[2])) <= 1e-4
+        assert abs(total - float(row[3])) <= 1e-4
         assert (
-            n_tokens == len(translator.tokenizer.encode(row[3])) + 1 and abs(mean - total / n_tokens) < 1e-5
+            n_tokens == len(translator.tokenizer.encode(row[4])) + 1 and abs(mean - total / n_tokens) < 1e-5
         )
 
 
@@ -427,8 +452,9 @@ def test_api_and_cli_give_identical_outputs(tiny_checkpoint, tmp_path, capsys):
     translator = api(tiny_checkpoint, beam_size=3)
     base = ["--checkpoint", str(tiny_checkpoint), "--beam", "3"]
     assert run(base + SENTENCES, capsys)[1] == translator.translate(SENTENCES)
-    nbest = translator.translate(SENTENCES, nbest=2, with_scores=True)
-    want = [f"{n}\t{k}\t{p:.6f}\t{t}" for n, hyps in enumerate(nbest, 1) for k, (t, p) in enumerate(hyps, 1)]
+    nbest = translator.translate_ids(translator.encode(SENTENCES), nbest=2)
+    want = [f"{n}\t{k}\t{h.score:.6f}\t{h.log_prob:.6f}\t{translator.decode(h.ids)}"
+            for n, hyps in enumerate(nbest, 1) for k, h in enumerate(hyps, 1)]  # fmt: skip
     assert run(base + ["--nbest", "2"] + SENTENCES, capsys)[1] == want
     ref = tmp_path / "ref.en"
     refs = ["A dog runs.", "Two men.", "A woman sits."]
@@ -437,3 +463,44 @@ def test_api_and_cli_give_identical_outputs(tiny_checkpoint, tmp_path, capsys):
         ["--checkpoint", str(tiny_checkpoint), "--score-reference", str(ref)] + SENTENCES, capsys
     )
     assert [float(f[0]) for f in fields(lines)] == pytest.approx(translator.score(SENTENCES, refs), abs=1e-6)
+
+
+def test_scores_of_a_translation_cut_at_the_position_table_limit(tiny_checkpoint):
+    """A source at the truncation limit whose translation never ends fills every position of the model:
+    its score is of exactly the tokens the search produced (it used to need max_positions + 1 positions,
+    and PositionalEncoding raised, losing the whole file's output)."""
+    from transformer.decoding import beam_search_nbest
+
+    translator = api(tiny_checkpoint)
+    model = translator.model
+    model.output_proj.register_forward_hook(
+        lambda m, i, out: out.index_fill(-1, torch.tensor(model.eos_id), -1e4)
+    )
+    warned = []
+    translator.warn = warned.append
+    long = " ".join(SENTENCES * 100)  # truncated to max_source_tokens, with a warning
+    [hyp] = translator.translate_ids(translator.encode([long]), beam=1, with_scores=True)[0]
+    assert warned and not hyp.ended and len(hyp.ids) == model.config.max_positions
+    src = torch.tensor([translator.encode([long])[0] + [model.eos_id]])  # (1, S)
+    [[(ids, log_prob)]] = beam_search_nbest(model, src, 1, 0.6, translator.settings.max_len_offset, 1)
+    assert ids == hyp.ids and hyp.log_prob == pytest.approx(log_prob, rel=1e-5)  # float32 over ~1000 tokens
+    text, score = translator.translate([long, SENTENCES[0]], with_scores=True)[0]  # batched with another
+    assert text == translator.decode(ids) and score == pytest.approx(hyp.log_prob, rel=1e-5)
+
+
+def test_a_released_model_without_the_hf_extra_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    """Without transformers, --checkpoint FOLDER (or hf:NAME) is the one-line error --help promises."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_transformers(name, *args, **kwargs):
+        if name == "transformers" or name.startswith("transformers."):
+            raise ImportError("No module named 'transformers'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_transformers)
+    for checkpoint in (str(tmp_path), "hf:Helsinki-NLP/opus-mt-en-de"):
+        code, lines, err = run(["--checkpoint", checkpoint, "Ein Hund."], capsys)
+        assert (code, lines) == (1, []) and err.count("\n") == 1, err
+        assert err.startswith("error: ") and "needs transformers" in err and 'pip install -e ".[hf]"' in err

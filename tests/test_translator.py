@@ -11,7 +11,6 @@ from test_decoding import BOS, EOS, random_model, random_sources
 from transformer.alignment import count_words, pharaoh, word_alignment, word_index
 from transformer.config import EvalConfig
 from transformer.decoding import beam_search, beam_search_nbest, length_normaliser, max_lengths
-from transformer.evaluation import sequence_log_probs
 from transformer.translator import Translator
 
 SENTENCES = [
@@ -40,8 +39,8 @@ def translator(tiny_checkpoint) -> Translator:
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
 def test_first_of_the_nbest_is_the_beam_search_output(alpha):
     model, src = random_model(3, eos_bias=1.5), random_sources(3)
-    best = beam_search(model, src, BOS, EOS, 4, alpha, 6)
-    nbest = beam_search_nbest(model, src, BOS, EOS, 4, alpha, 6, 4)
+    best = beam_search(model, src, 4, alpha, 6)
+    nbest = beam_search_nbest(model, src, 4, alpha, 6, 4)
     assert [hyps[0][0] for hyps in nbest] == best
     limits = max_lengths(model, src, 6).tolist()
     for hyps, limit in zip(nbest, limits):
@@ -52,17 +51,16 @@ def test_first_of_the_nbest_is_the_beam_search_output(alpha):
 
 def test_nbest_scores_are_the_teacher_forced_log_probs():
     model, src = random_model(5, eos_bias=1.5), random_sources(5)
-    nbest = beam_search_nbest(model, src, BOS, EOS, 3, 0.6, 6, 3)
+    nbest = beam_search_nbest(model, src, 3, 0.6, 6, 3)
     limits = max_lengths(model, src, 6).tolist()
     sources = [[t for t in row if t not in (0, EOS)] for row in src.tolist()]
     pairs = [
         (s, ids, p, len(ids) < limit) for s, hyps, limit in zip(sources, nbest, limits) for ids, p in hyps
     ]
     settings = EvalConfig(max_tokens=200)
-    got = sequence_log_probs(
-        model, [s for s, *_ in pairs], [ids for _, ids, *_ in pairs], Ids(), "cpu", torch.no_grad, settings,
-        [e for *_, e in pairs],
-    )  # fmt: skip
+    got = Translator(model, Ids(), settings, "cpu", "fp32").sequence_log_probs(
+        [s for s, *_ in pairs], [ids for _, ids, *_ in pairs], [e for *_, e in pairs]
+    )
     assert got == pytest.approx([p for _, _, p, _ in pairs], abs=1e-9)  # float64
     assert any(not e for *_, e in pairs) and any(e for *_, e in pairs)  # both endings were checked
 
@@ -70,7 +68,7 @@ def test_nbest_scores_are_the_teacher_forced_log_probs():
 def test_nbest_must_fit_the_beam():
     model, src = random_model(1), random_sources(1)
     with pytest.raises(ValueError, match="nbest"):
-        beam_search_nbest(model, src, BOS, EOS, 2, 0.6, 4, 3)
+        beam_search_nbest(model, src, 2, 0.6, 4, 3)
 
 
 # -------------------------------------------------------------------------------------- alignments

@@ -1,11 +1,13 @@
 """Checkpoint averaging (§6.1: "we used a single model obtained by averaging the last 5 checkpoints").
 
-    python -m transformer.average OUT.pt CKPT.pt [CKPT.pt ...]
+    python -m transformer.average OUT.pt CKPT.pt [CKPT.pt ...] [--weights raw|ema]
     python -m transformer.average OUT.pt --last N RUN_DIR    # the last N step_<S>.pt (train.keep_last)
 
-Every floating-point tensor of the checkpoints' ``model`` (the weights they translate with) is averaged in
-float64 and stored in its own dtype; the checkpoints must share their model config and tokenizer. The output
-is an inference checkpoint (config, model, tokenizer) that ``translate.py`` loads like ``best.pt``.
+``--weights raw`` (the default) averages the raw training weights, as §6.1 does; ``ema`` averages the
+moving-average snapshots (train.ema_decay) that the checkpoints translate with. Without a moving average the
+two are the same weights. Every floating-point tensor is averaged in float64 and stored in its own dtype; the
+checkpoints must share their model config and tokenizer. The output is an inference checkpoint (config,
+model, tokenizer) that ``translate.py`` loads like ``best.pt``.
 """
 
 import argparse
@@ -38,14 +40,30 @@ def last_step_checkpoints(run_dir: Path, n: int) -> list[Path]:
     return found[len(found) - n :]
 
 
-def average_checkpoints(paths: list[Path]) -> dict:
-    """The inference checkpoint whose weights are the mean of those of ``paths``."""
+def checkpoint_weights(checkpoint: dict, path: Path, weights: str) -> dict:
+    """The ``raw`` (training) or ``ema`` (moving average) weights of a checkpoint, or a CheckpointError."""
+    has_ema = "train_model" in checkpoint  # then "model" is the moving average
+    if weights == "raw":
+        if not has_ema and checkpoint["config"]["train"].get("ema_decay", 0.0) > 0:
+            raise CheckpointError(f"{path} holds only the moving average, not the raw weights (older format)")
+        return checkpoint["train_model"] if has_ema else checkpoint["model"]
+    if weights != "ema":
+        raise CheckpointError(f"weights must be raw or ema, got {weights!r}")
+    if not has_ema:
+        raise CheckpointError(f"{path} has no moving average (train.ema_decay = 0): average --weights raw")
+    return checkpoint["model"]
+
+
+def average_checkpoints(paths: list[Path], weights: str = "raw") -> dict:
+    """The inference checkpoint whose weights are the mean of the ``weights`` ("raw" / "ema") of ``paths``."""
     if not paths:
         raise CheckpointError("no checkpoints to average")
     first = load_checkpoint(paths[0])
+    first["model"] = checkpoint_weights(first, paths[0], weights)
     total = {k: v.double() if v.is_floating_point() else v for k, v in first["model"].items()}
     for path in paths[1:]:
         other = load_checkpoint(path)
+        other["model"] = checkpoint_weights(other, path, weights)
         if other["config"]["model"] != first["config"]["model"] or not torch.equal(
             other["tokenizer"], first["tokenizer"]
         ):
@@ -62,7 +80,7 @@ def average_checkpoints(paths: list[Path]) -> dict:
         for k, v in total.items()
     }
     state = dict(first.get("state", {}))
-    state["averaged_from"] = [str(p) for p in paths]
+    state["averaged_from"], state["averaged_weights"] = [str(p) for p in paths], weights
     return {"config": first["config"], "model": model, "tokenizer": first["tokenizer"], "state": state}
 
 
@@ -71,16 +89,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("output", type=Path, help="the averaged checkpoint to write")
     parser.add_argument("checkpoints", nargs="*", type=Path, help="checkpoints to average")
     parser.add_argument("--last", nargs=2, metavar=("N", "RUN_DIR"), help="the last N step_<S>.pt of RUN_DIR")
+    parser.add_argument(
+        "--weights", choices=("raw", "ema"), default="raw",
+        help="average the raw training weights (§6.1, default) or the moving-average snapshots",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     try:
         paths = list(args.checkpoints)
         if args.last:
             paths += last_step_checkpoints(Path(args.last[1]), int(args.last[0]))
-        save_checkpoint(average_checkpoints(paths), args.output)
+        save_checkpoint(average_checkpoints(paths, args.weights), args.output)
     except (CheckpointError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(f"averaged {len(paths)} checkpoints into {args.output}: {', '.join(p.name for p in paths)}")
+    names = ", ".join(p.name for p in paths)
+    print(f"averaged the {args.weights} weights of {len(paths)} checkpoints into {args.output}: {names}")
     return 0
 
 

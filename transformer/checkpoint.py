@@ -66,7 +66,8 @@ def tokenizer_to_tensor(tokenizer: Tokenizer) -> torch.Tensor:
 
 def build_model(config: ModelConfig, tokenizer: Tokenizer) -> Transformer:
     """THE way to make a model for a tokenizer: its vocabulary (joint) and its special ids."""
-    return Transformer(config, tokenizer.vocab_size, tokenizer.vocab_size, tokenizer.pad_id)
+    V = tokenizer.vocab_size
+    return Transformer(config, V, V, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
 
 
 def tokenizer_from_tensor(data: torch.Tensor) -> Tokenizer:

@@ -19,6 +19,9 @@ class ConfigError(ValueError):
     """A configuration file or override is invalid; the message names the key."""
 
 
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # THE list: train.precision, translate.py --precision
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     d_model: int = 512
@@ -110,8 +113,8 @@ class TrainConfig:
     keep_last: int = 0  # > 0: keep the checkpoints of the last N evaluations as step_<N>.pt (to average)
 
     def __post_init__(self):
-        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
-            raise ConfigError(f"train.precision={self.precision!r}: expected auto, fp32, bf16, fp16")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"train.precision={self.precision!r}: expected {', '.join(PRECISIONS)}")
         if self.nonfinite_loss not in ("stop", "skip"):
             raise ConfigError(f"train.nonfinite_loss={self.nonfinite_loss!r}: expected stop or skip")
         if self.accum_steps < 1:
@@ -138,10 +141,13 @@ class EvalConfig:
         "bleu"  # what picks best.pt and drives train.patience: bleu, chrf (higher) or loss (lower)
     )
     average_last: int = 0  # > 0: the final test uses the average of the last N evaluation checkpoints
+    average_weights: str = "raw"  # what average_last averages: the raw weights (§6.1) or "ema" snapshots
 
     def __post_init__(self):
         if self.select_by not in ("bleu", "chrf", "loss"):
             raise ConfigError(f"eval.select_by={self.select_by!r}: expected bleu, chrf or loss")
+        if self.average_weights not in ("raw", "ema"):
+            raise ConfigError(f"eval.average_weights={self.average_weights!r}: expected raw or ema")
         _check_at_least(self, "eval", every_steps=0, max_tokens=1, beam_size=1, length_penalty=0.0,
                         max_len_offset=1, n_alignment_sentences=0, n_sample_translations=0,
                         average_last=0)  # fmt: skip
@@ -172,6 +178,8 @@ class Config:
                 f"eval.average_last={self.eval.average_last} needs train.keep_last >= it "
                 f"(got {self.train.keep_last}): the averaged checkpoints are the kept ones"
             )
+        if self.eval.average_weights == "ema" and not self.train.ema_decay:
+            raise ConfigError("eval.average_weights=ema needs a moving average: train.ema_decay > 0")
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return dataclasses.asdict(self)

@@ -9,11 +9,11 @@ the source length counts the source's EOS (§6.1: input length + 50), and never 
 ``model.config.max_positions`` (the decoder has no position beyond). A sentence that hits the limit ends
 there without EOS.
 
-The decoder starts from ``model.start_id(bos_id)``: BOS, or PAD for Marian-style models
-(``model.decoder_start_token: pad``). Neither search produces PAD or the start token: they are never
-training targets, and a PAD fed back would be masked by the full-prefix decoder (``use_cache=False``) but
-not by the cache, so the two would disagree. EOS is never ruled out, even when it shares an id with them.
-Outputs exclude the start token and EOS.
+The decoder starts from ``model.start_id``: BOS, or PAD for Marian-style models
+(``model.decoder_start_token: pad``); the special ids are the model's. Neither search produces PAD or the
+start token: they are never training targets, and a PAD fed back would be masked by the full-prefix
+decoder (``use_cache=False``) but not by the cache, so the two would disagree. EOS is never ruled out,
+even when it shares an id with them. Outputs exclude the start token and EOS.
 """
 
 from dataclasses import dataclass
@@ -45,28 +45,16 @@ def max_lengths(model: Transformer, src: torch.Tensor, max_len_offset: int) -> t
     return (source_lengths + max_len_offset).clamp(min=1, max=model.config.max_positions)
 
 
-def never_produced(pad_id: int, start_id: int, eos_id: int) -> list[int]:
-    """The tokens the decoder never outputs: PAD and the start token, never EOS (even if it shares their id).
-    Decoding rules them out; label smoothing puts no probability on them."""
-    return sorted({pad_id, start_id} - {eos_id})
-
-
-def _next_token_logits(logits: torch.Tensor, pad_id: int, start_id: int, eos_id: int) -> torch.Tensor:
+def _next_token_logits(logits: torch.Tensor, model: Transformer) -> torch.Tensor:
     """The last position's logits (N, T, V) -> (N, V), with PAD and the start token ruled out (not EOS)."""
     logits = logits[:, -1]  # (N, V)
-    for token in never_produced(pad_id, start_id, eos_id):
-        logits[:, token] = float("-inf")
+    logits[:, model.never_produced] = float("-inf")
     return logits
 
 
 @torch.no_grad()
 def greedy_decode(
-    model: Transformer,
-    src: torch.Tensor,
-    bos_id: int,
-    eos_id: int,
-    max_len_offset: int,
-    use_cache: bool = True,
+    model: Transformer, src: torch.Tensor, max_len_offset: int, use_cache: bool = True
 ) -> list[list[int]]:
     """src (B, S) -> B token-id lists: the most probable token at every step.
 
@@ -78,15 +66,15 @@ def greedy_decode(
     L = int(limits.max())
     outputs: list[list[int]] = [[] for _ in range(B)]
     active = torch.arange(B, device=device)  # original row of each row still decoding
-    start_id = model.start_id(bos_id)  # BOS, or PAD for Marian-style models
-    tokens = torch.full((B, L + 1), start_id, dtype=torch.long, device=device)  # (B_active, 1 + L)
+    eos_id = model.eos_id
+    tokens = torch.full((B, L + 1), model.start_id, dtype=torch.long, device=device)  # (B_active, 1 + L)
     cache = model.new_cache() if use_cache else None
     for step in range(L):
         inputs = tokens[:, step : step + 1] if use_cache else tokens[:, : step + 1]  # (B_active, 1 | 1+t)
         logits, _, _ = model.decode(inputs, memory, src_mask, cache)  # (B_active, 1 | 1+t, V)
         if step == 0 and cache is not None:
             _contiguous_memory_cache(cache)
-        next_tokens = _next_token_logits(logits, model.pad_id, start_id, eos_id).argmax(dim=-1)  # (B_active,)
+        next_tokens = _next_token_logits(logits, model).argmax(dim=-1)  # (B_active,)
         tokens[:, step + 1] = next_tokens
         done = (next_tokens == eos_id) | (step + 1 >= limits)  # (B_active,)
         done_rows = done.nonzero().flatten()  # (B_done,)
@@ -139,7 +127,7 @@ class _Beams:
         return rows
 
 
-def _start_beams(model: Transformer, src: torch.Tensor, start_id: int, K: int, max_len_offset: int) -> _Beams:
+def _start_beams(model: Transformer, src: torch.Tensor, K: int, max_len_offset: int) -> _Beams:
     B, device = src.size(0), src.device
     memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
     limits = max_lengths(model, src, max_len_offset)  # (B,)
@@ -152,7 +140,7 @@ def _start_beams(model: Transformer, src: torch.Tensor, start_id: int, K: int, m
         best_scores=torch.full((B,), float("-inf"), dtype=dtype, device=device),
         n_finished=torch.zeros(B, dtype=torch.long, device=device),
         scores=scores.view(-1),  # (B·K,)
-        tokens=torch.full((B * K, int(limits.max()) + 1), start_id, dtype=torch.long, device=device),
+        tokens=torch.full((B * K, int(limits.max()) + 1), model.start_id, dtype=torch.long, device=device),
         memory=memory.repeat_interleave(K, dim=0),  # (B·K, S, D)
         src_mask=src_mask.repeat_interleave(K, dim=0),  # (B·K, 1, 1, S)
     )
@@ -211,8 +199,6 @@ def _collect_finished(
 def beam_search(
     model: Transformer,
     src: torch.Tensor,
-    bos_id: int,
-    eos_id: int,
     beam_size: int,
     length_penalty: float,
     max_len_offset: int,
@@ -234,9 +220,8 @@ def beam_search(
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    K, device = beam_size, src.device
-    start_id = model.start_id(bos_id)  # BOS, or PAD for Marian-style models
-    beams = _start_beams(model, src, start_id, K, max_len_offset)
+    K, device, eos_id = beam_size, src.device, model.eos_id
+    beams = _start_beams(model, src, K, max_len_offset)
     outputs: list[list[int]] = [[] for _ in range(src.size(0))]
     cache = model.new_cache()
     for step in range(beams.tokens.size(1) - 1):
@@ -245,7 +230,7 @@ def beam_search(
         logits, _, _ = model.decode(inputs, beams.memory, beams.src_mask, cache)  # (n·K, 1, V)
         if step == 0:
             _contiguous_memory_cache(cache)
-        logits = _next_token_logits(logits, model.pad_id, start_id, eos_id)  # (n·K, V)
+        logits = _next_token_logits(logits, model)  # (n·K, V)
         log_probs = torch.log_softmax(logits.to(beams.scores.dtype), dim=-1)  # (n·K, V)
         V = log_probs.size(-1)
         candidates = (beams.scores[:, None] + log_probs).view(n, K * V)  # (n, K·V)
@@ -271,8 +256,6 @@ def beam_search(
 def beam_search_nbest(
     model: Transformer,
     src: torch.Tensor,
-    bos_id: int,
-    eos_id: int,
     beam_size: int,
     length_penalty: float,
     max_len_offset: int,
@@ -288,6 +271,6 @@ def beam_search_nbest(
     if not 1 <= nbest <= beam_size:
         raise ValueError(f"nbest must be in [1, beam_size={beam_size}], got {nbest}")
     finished: list[list[tuple[float, list[int], float]]] = [[] for _ in range(src.size(0))]
-    beam_search(model, src, bos_id, eos_id, beam_size, length_penalty, max_len_offset, finished)
+    beam_search(model, src, beam_size, length_penalty, max_len_offset, finished)
     ranked = [sorted(hyps, key=lambda h: -h[0])[:nbest] for hyps in finished]  # stable: first found wins ties
     return [[(ids, log_p) for _, ids, log_p in hyps] for hyps in ranked]

@@ -53,7 +53,7 @@ from transformer.checkpoint import CheckpointError, load_for_inference
 from transformer.config import ModelConfig
 from transformer.embeddings import sinusoidal_positions
 from transformer.model import Transformer
-from transformer.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from transformer.tokenizer import Tokenizer
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}  # Marian's -> ours
 
@@ -117,7 +117,7 @@ def model_config_from_marian(hf_config) -> ModelConfig:
     )
 
 
-def marian_config(model: Transformer, bos_id: int = BOS_ID, eos_id: int = EOS_ID):
+def marian_config(model: Transformer):
     """The MarianConfig of our model (special ids from ``model.hf_config`` when it came from Marian)."""
     c = model.config
     if c.norm_first:
@@ -127,8 +127,8 @@ def marian_config(model: Transformer, bos_id: int = BOS_ID, eos_id: int = EOS_ID
         values = hf_config.to_dict()
     else:  # ours drops the residual, the attention weights and the FFN's hidden layer alike
         values = {
-            "pad_token_id": model.pad_id, "bos_token_id": bos_id, "eos_token_id": eos_id,
-            "decoder_start_token_id": model.start_id(bos_id), "forced_eos_token_id": None,
+            "pad_token_id": model.pad_id, "bos_token_id": model.bos_id, "eos_token_id": model.eos_id,
+            "decoder_start_token_id": model.start_id, "forced_eos_token_id": None,
             "dropout": c.dropout, "attention_dropout": c.dropout, "activation_dropout": c.dropout,
         }  # fmt: skip
     activation = c.activation
@@ -208,7 +208,10 @@ def from_marian(hf_model) -> Transformer:
         tensor = torch.cat([theirs[name].detach() for name in names])  # q, k, v stacked by rows
         state[key] = tensor.reshape(-1) if key == "output_proj.bias" else tensor  # (1, V) -> (V,)
     src_vocab, tgt_vocab = hf_config.vocab_size, hf_config.decoder_vocab_size or hf_config.vocab_size
-    model = Transformer(config, src_vocab, tgt_vocab, hf_config.pad_token_id)
+    pad, start = hf_config.pad_token_id, hf_config.decoder_start_token_id
+    bos = start if config.decoder_start_token == "bos" else hf_config.bos_token_id  # Marian: often = EOS
+    bos = pad if bos is None else bos
+    model = Transformer(config, src_vocab, tgt_vocab, pad, bos, hf_config.eos_token_id)
     dtype = theirs["model.encoder.layers.0.fc1.weight"].dtype if config.n_encoder_layers else torch.float32
     model.to(dtype).load_state_dict(state)
     model.hf_config = copy.deepcopy(hf_config)  # special ids and decoding settings, for to_marian
@@ -240,10 +243,10 @@ def interleaved_to_halves(state: dict[str, torch.Tensor], d_model: int) -> dict[
     return reordered
 
 
-def to_marian(model: Transformer, bos_id: int = BOS_ID, eos_id: int = EOS_ID):
+def to_marian(model: Transformer):
     """Our Transformer -> a ``transformers.MarianMTModel`` computing the same function; the exact inverse
-    of ``from_marian``. ``bos_id`` / ``eos_id``: for a model that did not come from Marian (ours: 2, 3)."""
-    config = marian_config(model, bos_id, eos_id)
+    of ``from_marian``; the special ids are the model's."""
+    config = marian_config(model)
     state = {key: tensor.detach() for key, tensor in model.state_dict().items()}
     if model.config.sinusoid_layout == "interleaved":
         state = interleaved_to_halves(state, model.config.d_model)
@@ -263,17 +266,17 @@ def to_marian(model: Transformer, bos_id: int = BOS_ID, eos_id: int = EOS_ID):
 # -------- export: a transformers folder and a CTranslate2 model --------------------------------------
 
 
-def generation_config(model: Transformer, bos_id: int, eos_id: int):
+def generation_config(model: Transformer):
     """generate() defaults that decode as our greedy search: start token, never PAD or the start token,
     no forced EOS at the limit, one limit for all sentences (see the module docstring)."""
-    start_id = model.start_id(bos_id)
+    start_id = model.start_id
     return _transformers().GenerationConfig(
         decoder_start_token_id=start_id,
-        bos_token_id=bos_id,
-        eos_token_id=eos_id,
+        bos_token_id=model.bos_id,
+        eos_token_id=model.eos_id,
         pad_token_id=model.pad_id,
         forced_eos_token_id=None,
-        bad_words_ids=[[token] for token in sorted({model.pad_id, start_id} - {eos_id})],
+        bad_words_ids=[[token] for token in model.never_produced],
         max_length=model.config.max_positions + 1,
         num_beams=1,
         do_sample=False,
@@ -344,9 +347,9 @@ def to_ctranslate2(model: Transformer, tokenizer: Tokenizer, out_dir: str | Path
     state = {key: tensor.detach().float().cpu().numpy() for key, tensor in model.state_dict().items()}
     _ct2_stack(spec.encoder, state, "encoder", model)
     _ct2_stack(spec.decoder, state, "decoder", model)
-    start_id = model.start_id(tokenizer.bos_id)
+    start_id = model.start_id
     bias = state.get("output_proj.bias", 0.0 * state["output_proj.weight"][:, 0]).copy()  # (V,)
-    bias[sorted({model.pad_id, start_id} - {tokenizer.eos_id})] = -math.inf
+    bias[model.never_produced] = -math.inf
     spec.decoder.projection.weight, spec.decoder.projection.bias = state["output_proj.weight"], bias
     pieces = tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
     spec.register_source_vocabulary(pieces)
@@ -362,8 +365,8 @@ def to_ctranslate2(model: Transformer, tokenizer: Tokenizer, out_dir: str | Path
 def export(checkpoint: str | Path, out_dir: str | Path, ct2_dir: str | Path | None = None) -> None:
     """best.pt -> a folder for MarianMTModel / MarianTokenizer.from_pretrained [+ a CTranslate2 model]."""
     model, tokenizer, config = load_for_inference(checkpoint)
-    hf_model = to_marian(model, tokenizer.bos_id, tokenizer.eos_id)
-    hf_model.generation_config = generation_config(model, tokenizer.bos_id, tokenizer.eos_id)
+    hf_model = to_marian(model)
+    hf_model.generation_config = generation_config(model)
     out_dir = Path(out_dir)
     hf_model.save_pretrained(out_dir)
     save_marian_tokenizer(tokenizer, out_dir, config.data.src_lang, config.data.tgt_lang)

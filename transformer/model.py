@@ -7,8 +7,9 @@ Shapes, everywhere in this package:
     src (B, S) ──Encoder──▶ memory (B, S, D)
     tgt_in (B, T) = BOS + target ──Decoder(memory)──▶ logits (B, T, V), scored against tgt_out = target + EOS
 
-The token ``tgt_in`` starts with is ``model.start_id(bos_id)``: BOS by default, the pad id when
-``model.decoder_start_token == "pad"`` (Marian). The decoder's self-attention always attends to it.
+The token ``tgt_in`` starts with is ``model.start_id``: BOS by default, the pad id when
+``model.decoder_start_token == "pad"`` (Marian). The decoder's self-attention always attends to it. The
+special ids (``pad_id``, ``bos_id``, ``eos_id``) are the model's, set when it is built or imported.
 """
 
 from dataclasses import dataclass
@@ -100,17 +101,35 @@ class Decoder(nn.Module):
         return x, self_weights, cross_weights
 
 
+def _check_special_ids(model: "Transformer", src_vocab_size: int, tgt_vocab_size: int) -> None:
+    """Refuse, by name, special ids that cannot work together (e.g. a tokenizer without BOS, id -1)."""
+    for name, vocab in (("pad_id", src_vocab_size), ("pad_id", tgt_vocab_size), ("bos_id", tgt_vocab_size),
+                        ("eos_id", tgt_vocab_size)):  # fmt: skip
+        if not 0 <= getattr(model, name) < vocab:
+            raise ValueError(f"{name}={getattr(model, name)} is not in a vocabulary of {vocab} tokens")
+    if model.start_id == model.eos_id:
+        raise ValueError(
+            f"model.decoder_start_token={model.config.decoder_start_token} starts the decoder from id "
+            f"{model.start_id}, which is also eos_id: a translation would end before it starts"
+        )
+
+
 class Transformer(nn.Module):
     """Encoder, decoder and output projection; the three embeddings tied when the vocabulary is joint."""
 
-    def __init__(self, config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
+    def __init__(
+        self, config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int, bos_id: int,
+        eos_id: int,
+    ):  # fmt: skip
+        """The special ids belong to the model: batching, losses and searches read them here."""
         super().__init__()
         if config.share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError(
                 f"model.share_embeddings needs a joint vocabulary, got src_vocab_size={src_vocab_size} "
                 f"and tgt_vocab_size={tgt_vocab_size}"
             )
-        self.config, self.pad_id = config, pad_id
+        self.config, self.pad_id, self.bos_id, self.eos_id = config, pad_id, bos_id, eos_id
+        _check_special_ids(self, src_vocab_size, tgt_vocab_size)
         scale = config.scale_embeddings
         tgt_embedding = TokenEmbedding(tgt_vocab_size, config.d_model, scale)
         src_embedding = (
@@ -128,9 +147,21 @@ class Transformer(nn.Module):
         if config.output_bias:  # Marian's final_logits_bias, zero until trained
             nn.init.zeros_(self.output_proj.bias)
 
-    def start_id(self, bos_id: int) -> int:
-        """The token every ``tgt_in`` starts with: ``bos_id``, or the pad id for Marian-style models."""
-        return self.pad_id if self.config.decoder_start_token == "pad" else bos_id
+    @property
+    def start_id(self) -> int:
+        """The token every ``tgt_in`` starts with: BOS, or PAD for Marian-style models."""
+        return self.pad_id if self.config.decoder_start_token == "pad" else self.bos_id
+
+    @property
+    def pad_start_eos(self) -> tuple[int, int, int]:
+        """(pad, start, eos): what batching pads with, starts ``tgt_in`` with and ends ``tgt_out`` with."""
+        return self.pad_id, self.start_id, self.eos_id
+
+    @property
+    def never_produced(self) -> list[int]:
+        """The tokens the decoder never outputs: PAD and the start token, never EOS (even if it shares their
+        id). Decoding rules them out; label smoothing puts no probability on them."""
+        return sorted({self.pad_id, self.start_id} - {self.eos_id})
 
     def encode(self, src: torch.Tensor):
         """src (B, S) -> memory (B, S, D), src_mask (B, 1, 1, S) bool, encoder self weights per layer."""

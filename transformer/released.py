@@ -82,8 +82,11 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 
 def load_pretrained(path: str | Path):
     """(MarianMTModel, MarianTokenizer) of a folder or ``hf:NAME`` (the local cache first); one-line
-    CheckpointError when it cannot be had."""
-    transformers = _transformers()
+    CheckpointError when it cannot be had (also without the ``hf`` extra)."""
+    try:
+        transformers = _transformers()
+    except MarianError as error:
+        raise CheckpointError(f"{path}: {error}") from None
     name = str(path).removeprefix(HUB_PREFIX)
     is_hub = str(path).startswith(HUB_PREFIX)
     try:

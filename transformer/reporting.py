@@ -2,17 +2,13 @@
 ``train/``, ``val/``, ``test/``), and its one-line console summaries. ``train.py`` owns the writer.
 """
 
-import dataclasses
-import time
 from pathlib import Path
 
 import torch
 import yaml
 
-from transformer.config import Config, EvalConfig
-from transformer.evaluation import evaluate_split, sentence_attention
+from transformer.config import Config
 from transformer.plotting import add_attention_figures
-from transformer.tokenizer import Tokenizer
 
 
 def open_writer(run_dir: Path, config: Config):
@@ -40,49 +36,17 @@ def log_train_step(
     writer.add_scalar("train/grad_norm", grad_norm.item(), step)
 
 
-def log_validation(
-    writer, entry: dict, model, tokenizer: Tokenizer, split, refs, hyp_ids, settings: EvalConfig, autocast
-):
-    """The validation scalars, the first ``settings.n_sample_translations`` translations (source, reference,
-    hypothesis) and the attention heatmaps of the first ``settings.n_alignment_sentences`` sentences: of the
-    translation (``sentence_N/``) and, with ``settings.alignment_references``, of the reference,
-    teacher-forced (``sentence_N/reference/``)."""
-    step, src_ids = entry["step"], split[0]
+def log_validation(writer, entry: dict, samples: list[tuple[str, str, str]], attentions: dict) -> None:
+    """The validation scalars, sample translations (source, reference, hypothesis) and attention heatmaps
+    (``attentions``: TensorBoard tag -> ``translator.SentenceAttention``)."""
+    step = entry["step"]
     for key in ("loss", "ppl", "bleu", "chrf"):
         writer.add_scalar(f"val/{key}", entry[f"val_{key}"], step)
-    n_samples = min(settings.n_sample_translations, len(hyp_ids))
-    hyps = tokenizer.decode_batch(hyp_ids[:n_samples])
-    samples = [
-        f"**src** {tokenizer.decode(src_ids[i])}  \n**ref** {refs[i]}  \n**hyp** {hyps[i]}"
-        for i in range(n_samples)
-    ]
-    writer.add_text("val/translations", "\n\n".join(samples), step)
+    texts = [f"**src** {src}  \n**ref** {ref}  \n**hyp** {hyp}" for src, ref, hyp in samples]
+    writer.add_text("val/translations", "\n\n".join(texts), step)
     kinds = ("cross", "encoder_self", "decoder_self")
-    for n in range(min(settings.n_alignment_sentences, len(src_ids))):
-        targets = {f"sentence_{n}": (hyp_ids[n], None)}  # None: EOS unless stopped at the length limit
-        if settings.alignment_references:
-            targets[f"sentence_{n}/reference"] = (split[1][n], True)
-        for tag, (tgt_ids, ended) in targets.items():
-            with autocast():
-                attention, *labels = sentence_attention(
-                    model, tokenizer, src_ids[n], tgt_ids, settings.max_len_offset, ended
-                )
-            add_attention_figures(writer, tag, attention, labels, step, kinds)
-
-
-def validate(
-    model, splits, tokenizer: Tokenizer, settings: EvalConfig, runtime, writer, step: int, epoch: int
-):
-    """Validation loss and greedy BLEU / chrF, logged to ``writer`` and printed; returns the history entry.
-
-    ``splits``: a ``data.Splits``; ``runtime``: a ``runtime.Runtime`` (device and autocast)."""
-    t0, greedy = time.perf_counter(), dataclasses.replace(settings, beam_size=1)
-    split, refs, device, autocast = splits.valid, splits.valid_refs, runtime.device, runtime.autocast
-    scores, hyp_ids, _ = evaluate_split(model, split, refs, tokenizer, device, autocast, greedy, "validate")
-    entry = {"step": step, "epoch": epoch} | {f"val_{k}": scores[k] for k in ("loss", "ppl", "bleu", "chrf")}
-    log_validation(writer, entry, model, tokenizer, split, refs, hyp_ids, settings, autocast)
-    print(validation_line(entry, time.perf_counter() - t0), flush=True)
-    return entry
+    for tag, attention in attentions.items():
+        add_attention_figures(writer, tag, attention.batched(), attention.labels, step, kinds)
 
 
 def validation_line(entry: dict, seconds: float) -> str:

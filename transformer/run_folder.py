@@ -59,8 +59,10 @@ def prepare_run_dir(config: Config, run_dir: Path, runtime: Runtime, resume: boo
 
 def keep_step_checkpoint(run_dir: Path, checkpoint: dict, step: int, keep_last: int) -> None:
     """RUN_DIR/step_<step>.pt (weights, config, tokenizer: what averaging needs), keeping the last
-    ``keep_last`` of them."""
-    slim = {k: checkpoint[k] for k in ("config", "model", "tokenizer", "state")}
+    ``keep_last`` of them. With a moving average, ``model`` is it and ``train_model`` the raw weights."""
+    slim = {
+        k: checkpoint[k] for k in ("config", "model", "train_model", "tokenizer", "state") if k in checkpoint
+    }
     save_checkpoint(slim, run_dir / f"step_{step}.pt")
     for old in step_checkpoints(run_dir)[:-keep_last]:
         old.unlink()

@@ -10,6 +10,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from transformer.config import PRECISIONS
+
 
 class DeviceError(ValueError):
     """A device name that cannot be used here; the message names it."""
@@ -36,9 +38,16 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """'auto' | 'fp32' | 'bf16' | 'fp16' -> the autocast dtype (None = fp32). 'auto' is bf16 on CUDA."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "auto":
         precision = "bf16" if device.type == "cuda" else "fp32"
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None):
+    """THE autocast context of the project: none for fp32 (dtype None), else ``torch.autocast``."""
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
 @dataclass
@@ -90,9 +99,7 @@ class Runtime:
             dist.destroy_process_group()
 
     def autocast(self):
-        if self.dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
+        return autocast(self.device, self.dtype)
 
 
 def setup_runtime(device_name: str, precision: str) -> Runtime:

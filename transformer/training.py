@@ -4,6 +4,7 @@
 ``State`` is where training stands; it goes into every checkpoint so that ``--resume`` continues exactly.
 """
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from inspect import signature
@@ -22,13 +23,15 @@ from transformer.checkpoint import (
 )
 from transformer.config import Config
 from transformer.corpus import DataError, load_corpus
-from transformer.data import Splits, encode_corpus
-from transformer.decoding import never_produced
+from transformer.data import Splits, encode_corpus, iter_batches, make_batches
 from transformer.ema import EMA
+from transformer.evaluation import evaluate_loss
+from transformer.model import Transformer
 from transformer.optim import make_optimizer
 from transformer.run_folder import prepare_run_dir, run_tokenizer
 from transformer.runtime import Runtime, setup_runtime
 from transformer.tokenizer import Tokenizer
+from transformer.translator import Translator
 
 
 class TrainingError(RuntimeError):
@@ -68,7 +71,7 @@ class Run:
     state: State
     writer: object = None  # a SummaryWriter on rank 0
     started: float = 0.0  # time.perf_counter() at which training (as resumed) began
-    never_targets: list[int] = field(default_factory=list)  # decoding.never_produced: no smoothing mass
+    never_targets: list[int] = field(default_factory=list)  # model.never_produced: no smoothing mass
     nonfinite: torch.Tensor | None = None  # a non-finite loss or gradient since the last check (device)
 
 
@@ -101,7 +104,7 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     if not splits.train_indices:
         raise DataError(f"no training pair fits data.max_len={config.data.max_len} tokens")
     run.started = time.perf_counter() - run.state.train_seconds
-    run.never_targets = never_produced(tokenizer.pad_id, model.start_id(tokenizer.bos_id), tokenizer.eos_id)
+    run.never_targets = model.never_produced
     if runtime.world_size > 1:
         # the buffers (position tables) are the same on every rank: no need to sync them every forward
         ddp = torch.nn.parallel.DistributedDataParallel
@@ -142,3 +145,31 @@ def check_finite(run: Run, step: int) -> None:
         kept = f"the last good checkpoint is {last}" if last.exists() else "no checkpoint yet"
         raise TrainingError(f"non-finite loss or gradient norm at step {step} or before; stopped: {kept}")
     run.nonfinite = None
+
+
+def validate(run: Run, model: Transformer) -> dict:
+    """Validation loss and greedy BLEU / chrF of ``model`` (rank 0), logged and printed, with the attention
+    heatmaps of the first ``eval.n_alignment_sentences`` sentences; returns the history entry."""
+    t0, settings, state = time.perf_counter(), run.config.eval, run.state
+    (src_ids, tgt_ids), refs = run.splits.valid, run.splits.valid_refs
+    greedy = dataclasses.replace(settings, beam_size=1)
+    translator = Translator(model, run.tokenizer, greedy, run.runtime.device, run.config.train.precision)
+    batches = make_batches([len(s) for s in src_ids], [len(t) for t in tgt_ids], settings.max_tokens, False)
+    loss = evaluate_loss(
+        model, iter_batches(src_ids, tgt_ids, batches, *model.pad_start_eos), translator.device,
+        translator.autocast,
+    )  # fmt: skip
+    hyp_ids, hyps, scores = translator.evaluate(src_ids, refs, progress="validate")
+    entry = {"step": state.step, "epoch": state.epoch}
+    entry |= {f"val_{key}": (loss | scores)[key] for key in ("loss", "ppl", "bleu", "chrf")}
+    attentions = {}
+    for n in range(min(settings.n_alignment_sentences, len(src_ids))):
+        ended = translator.ended(src_ids[n], hyp_ids[n])
+        attentions[f"sentence_{n}"] = translator.attention_ids(src_ids[n], hyp_ids[n], ended)
+        if settings.alignment_references:  # the reference, teacher-forced
+            attentions[f"sentence_{n}/reference"] = translator.attention_ids(src_ids[n], tgt_ids[n], True)
+    n_samples = min(settings.n_sample_translations, len(hyps))
+    sources = run.tokenizer.decode_batch(src_ids[:n_samples])
+    reporting.log_validation(run.writer, entry, list(zip(sources, refs, hyps)), attentions)
+    print(reporting.validation_line(entry, time.perf_counter() - t0), flush=True)
+    return entry

@@ -21,7 +21,6 @@ The line contract of ``translate.py`` holds here too:
     length limit has no EOS: summed over its tokens).
 """
 
-import contextlib
 import dataclasses
 import sys
 from collections.abc import Callable
@@ -30,18 +29,18 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
+from tqdm import tqdm
 
 from transformer.alignment import word_alignment
 from transformer.checkpoint import CheckpointError, load_for_inference
 from transformer.config import EvalConfig, source_token_limit
-from transformer.decoding import max_lengths
-from transformer.evaluation import sentence_attention, sequence_log_probs, translate_ids, translate_nbest
+from transformer.data import iter_batches, make_batches, restore_order
+from transformer.decoding import beam_search, beam_search_nbest, greedy_decode, length_normaliser, max_lengths
+from transformer.evaluation import bleu_chrf
 from transformer.model import Attention, Transformer
 from transformer.released import is_released
-from transformer.runtime import autocast_dtype, resolve_device
+from transformer.runtime import autocast, autocast_dtype, resolve_device
 from transformer.tokenizer import Tokenizer
-
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 def warn(message: str) -> None:
@@ -53,6 +52,7 @@ class Hypothesis(NamedTuple):
     ids: list[int]  # target token ids, without EOS
     log_prob: float  # log P(ids [+ EOS] | source), natural log
     ended: bool  # ended with EOS (False: stopped at the length limit)
+    score: float = float("nan")  # what beam search ranks by: log_prob / lp(tokens + EOS), lp of GNMT (§6.1)
 
 
 @dataclass
@@ -95,6 +95,18 @@ def encode_lines(
     return encoded
 
 
+def summed_log_probs(log_probs: torch.Tensor, tokens: list[list[int]]) -> list[float]:
+    """log_probs (B, T, V), row b's tokens (at most T) -> per row, the sum of log P of its tokens."""
+    B, T, _ = log_probs.shape
+    wanted = torch.zeros(B, T, dtype=torch.long)  # (B, T)
+    for row, ids in enumerate(tokens):
+        wanted[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    lengths = torch.tensor([len(ids) for ids in tokens])  # (B,)
+    scored = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
+    picked = log_probs.gather(-1, wanted.to(log_probs.device)[..., None]).squeeze(-1)  # (B, T)
+    return picked.masked_fill(~scored.to(log_probs.device), 0.0).sum(dim=1).tolist()
+
+
 class Translator:
     """Translate, score, and look at attention, with one model (see the module docstring)."""
 
@@ -110,8 +122,6 @@ class Translator:
         """``settings``: beam size, length penalty, batch size (max_tokens) and max_len_offset.
         ``precision``: the autocast of validation: "auto" (bf16 on CUDA, fp32 on the CPU), "fp32", "bf16",
         "fp16"."""
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         self.device = torch.device(device)
         self.model, self.tokenizer, self.settings = model.to(self.device).eval(), tokenizer, settings
         self.dtype = autocast_dtype(precision, self.device)  # None = fp32
@@ -144,9 +154,7 @@ class Translator:
             raise CheckpointError(f"checkpoint {path}: {error}") from None
 
     def autocast(self):
-        if self.dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
+        return autocast(self.device, self.dtype)
 
     # -------------------------------------------------------------------------------- token ids
 
@@ -183,28 +191,28 @@ class Translator:
         if nbest is not None and not 1 <= nbest <= settings.beam_size:
             raise ValueError(f"nbest must be in [1, beam={settings.beam_size}], got {nbest}")
         todo = [i for i, src in enumerate(sources) if src is not None]
-        results = [[Hypothesis([], 0.0, True)] for _ in sources]
+        results = [[Hypothesis([], 0.0, True, 0.0)] for _ in sources]
         src_ids = [sources[i] for i in todo]
-        args = (self.model, src_ids, self.tokenizer, self.device, self.autocast, settings)
         if settings.beam_size > 1 and (nbest is not None or with_scores):
-            found = [[Hypothesis(ids, p, self._ended(src, ids)) for ids, p in hyps] for src, hyps in
-                     zip(src_ids, translate_nbest(*args, nbest or 1))]  # fmt: skip
+            found = [[Hypothesis(ids, p, self.ended(src, ids)) for ids, p in hyps] for src, hyps in
+                     zip(src_ids, self.search_nbest(src_ids, settings, nbest or 1))]  # fmt: skip
         else:
-            hyp_ids = translate_ids(*args)
-            ended = [self._ended(src, ids) for src, ids in zip(src_ids, hyp_ids)]
+            hyp_ids = self.search(src_ids, settings)
+            ended = [self.ended(src, ids) for src, ids in zip(src_ids, hyp_ids)]
             scores = (
                 self.score_ids(src_ids, hyp_ids, ended)
                 if with_scores or nbest
                 else [float("nan")] * len(todo)
             )
             found = [[Hypothesis(*h)] for h in zip(hyp_ids, scores, ended)]
+        lp = lambda h: length_normaliser(len(h.ids) + h.ended, settings.length_penalty)  # noqa: E731
         for i, hyps in zip(todo, found):
-            results[i] = hyps
+            results[i] = [h._replace(score=h.log_prob / lp(h)) for h in hyps]
         return results
 
-    def _ended(self, src: list[int], hyp: list[int]) -> bool:
-        """Whether a translation of ``src`` ended with EOS (not at the length limit)."""
-        src_tensor = torch.tensor([src + [self.tokenizer.eos_id]])  # (1, S)
+    def ended(self, src: list[int], hyp: list[int]) -> bool:
+        """THE test of whether a translation of ``src`` ended with EOS (not cut at the length limit)."""
+        src_tensor = torch.tensor([src + [self.model.eos_id]])  # (1, S)
         return len(hyp) < int(max_lengths(self.model, src_tensor, self.settings.max_len_offset)[0])
 
     def score_ids(
@@ -213,10 +221,7 @@ class Translator:
         """Teacher-forced log P(target [+ EOS] | source) per pair; 0.0 for a blank source (None)."""
         todo = [i for i, src in enumerate(sources) if src is not None]
         eos = [True if with_eos is None else with_eos[i] for i in todo]
-        totals = sequence_log_probs(
-            self.model, [sources[i] for i in todo], [targets[i] for i in todo], self.tokenizer, self.device,
-            self.autocast, self.settings, eos,
-        )  # fmt: skip
+        totals = self.sequence_log_probs([sources[i] for i in todo], [targets[i] for i in todo], eos)
         scores = [0.0] * len(sources)
         for i, total in zip(todo, totals):
             scores[i] = total
@@ -228,18 +233,103 @@ class Translator:
         """Every attention weight for ``source`` and ``target`` (teacher-forced, with EOS unless ``ended`` is
         False) or, for None, the greedy translation (without EOS if it stopped at the length limit)."""
         if target is None:
-            greedy = dataclasses.replace(self.settings, beam_size=1)
-            target = translate_ids(self.model, [source], self.tokenizer, self.device, self.autocast, greedy)[
-                0
-            ]
-            ended = None  # sentence_attention tells from the length
-        with self.autocast():
-            attention, *labels = sentence_attention(
-                self.model, self.tokenizer, source, target, self.settings.max_len_offset, ended
-            )
+            target = self.search([source], dataclasses.replace(self.settings, beam_size=1))[0]
+            ended = self.ended(source, target)
+        eos = self.model.eos_id
+        src = torch.tensor([source + [eos]], device=self.device)  # (1, S)
+        predicted = target + [eos] if ended else target  # a cut translation: its last row predicted a token
+        tgt_in = [self.model.start_id] + predicted[:-1]
+        with torch.no_grad(), self.autocast():
+            _, attention = self.model(src, torch.tensor([tgt_in], device=self.device), return_attention=True)
+        pieces = self.tokenizer.id_to_piece
         weights = [[w[0].float().cpu() for w in ws] for ws in (attention.cross, attention.encoder_self,
                                                                 attention.decoder_self)]  # fmt: skip
-        return SentenceAttention(*labels, *weights)
+        return SentenceAttention(pieces(src[0].tolist()), pieces(predicted), pieces(tgt_in), *weights)
+
+    # ------------------------------------------------------------------- the searches, batched by length
+
+    @torch.no_grad()
+    def search(
+        self, src_ids: list[list[int]], settings: EvalConfig | None = None, progress: str | None = None,
+        use_cache: bool = True,
+    ) -> list[list[int]]:  # fmt: skip
+        """THE decoding driver: every source (ids without EOS) -> its best translation's ids, in input
+        order; greedy for beam 1, else beam search. ``progress``: a label for a progress bar;
+        ``use_cache=False``: greedy recomputes the whole prefix every step (the slow reference)."""
+        s = settings or self.settings
+
+        def decode(src: torch.Tensor) -> list[list[int]]:
+            if s.beam_size > 1:
+                return beam_search(self.model, src, s.beam_size, s.length_penalty, s.max_len_offset)
+            return greedy_decode(self.model, src, s.max_len_offset, use_cache)
+
+        return self._in_batches(src_ids, s, decode, progress)
+
+    @torch.no_grad()
+    def search_nbest(
+        self, src_ids: list[list[int]], settings: EvalConfig, nbest: int
+    ) -> list[list[tuple[list[int], float]]]:
+        """Beam search (``settings.beam_size``, even 1): per source its ``nbest`` best hypotheses as (ids,
+        log-prob), best first (see ``decoding.beam_search_nbest``)."""
+        s = settings
+
+        def decode(src: torch.Tensor) -> list[list[tuple[list[int], float]]]:
+            return beam_search_nbest(self.model, src, s.beam_size, s.length_penalty, s.max_len_offset, nbest)
+
+        return self._in_batches(src_ids, s, decode)
+
+    def _in_batches(self, src_ids, settings: EvalConfig, decode, progress: str | None = None) -> list:
+        """``decode`` (src (B, S) -> B results) over length-sorted batches of ``settings.max_tokens``;
+        results in input order."""
+        self.model.eval()
+        lengths = [len(s) for s in src_ids]  # the source length as a guess of the output's, for batching
+        batches = make_batches(lengths, lengths, settings.max_tokens, shuffle=False)
+        empty = [[] for _ in src_ids]
+        outputs, order = [], []
+        bar = tqdm(total=len(src_ids), desc=progress, unit="sent", leave=False, disable=progress is None)
+        for batch in iter_batches(list(src_ids), empty, batches, *self.model.pad_start_eos):
+            bar.update(len(batch.indices))
+            with self.autocast():
+                outputs += decode(batch.src.to(self.device))
+            order += batch.indices.tolist()
+        bar.close()
+        return restore_order(outputs, order, len(src_ids))
+
+    @torch.no_grad()
+    def sequence_log_probs(
+        self, src_ids: list[list[int]], tgt_ids: list[list[int]], with_eos: list[bool]
+    ) -> list[float]:
+        """Teacher-forced log P(target | source) per pair: the natural-log probabilities of the target's
+        tokens and of its EOS (``with_eos[i]`` False: without EOS, for a translation cut at the length
+        limit), summed, under the distribution the searches decode from (PAD and the start token ruled out).
+        Exactly the tokens given are scored: never more positions than the model has."""
+        self.model.eval()
+        model = self.model
+        # tgt_in = start + every scored token but the last: one position per scored token, never more
+        inputs = [t if eos else t[:-1] for t, eos in zip(tgt_ids, with_eos)]
+        lengths = ([len(s) for s in src_ids], [len(t) for t in inputs])
+        batches = make_batches(*lengths, self.settings.max_tokens, shuffle=False)
+        totals, order = [], []
+        for batch in iter_batches(list(src_ids), inputs, batches, *model.pad_start_eos):
+            batch = batch.to(self.device)
+            with self.autocast():
+                logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+            logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # (B, T, V) as beam search
+            logits[..., model.never_produced] = float("-inf")  # as decoding rules them out
+            log_probs = torch.log_softmax(logits, dim=-1)  # (B, T, V)
+            rows = batch.indices.tolist()
+            scored = [tgt_ids[i] + [model.eos_id] if with_eos[i] else tgt_ids[i] for i in rows]
+            totals += summed_log_probs(log_probs, scored)
+            order += rows
+        return restore_order(totals, order, len(src_ids))
+
+    def evaluate(
+        self, src_ids: list[list[int]], references: list[str], progress: str | None = None
+    ) -> tuple[list[list[int]], list[str], dict[str, float | str]]:
+        """Translate a split and score it: (hypothesis ids, detokenized hypotheses, ``bleu_chrf``)."""
+        hyp_ids = self.search(src_ids, progress=progress)
+        hyps = self.tokenizer.decode_batch(hyp_ids)
+        return hyp_ids, hyps, bleu_chrf(hyps, references)
 
     # ------------------------------------------------------------------------------------- text
 
