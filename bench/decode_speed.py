@@ -197,10 +197,9 @@ def load_engines(model, tokenizer, settings, checkpoint, export_dir: Path, devic
     max_positions = model.config.max_positions
     ct2_device = "cuda" if device.startswith("cuda") else "cpu"
     threads = {"intra_threads": torch.get_num_threads()} if ct2_device == "cpu" else {}
+    ours = Translator(model, tokenizer, settings, device, "fp32")
     engines = {
-        "ours (cached greedy)": lambda ids: decode(model, ids, tokenizer, device, settings, {"beam_size": 1})[
-            0
-        ],
+        "ours (cached greedy)": lambda ids: decode(ours, ids, {"beam_size": 1})[0],
         "transformers generate()": lambda ids: decode_transformers(
             hf_model, ids, tokenizer, settings, max_positions, device
         ),
