@@ -24,12 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere, no install
-
-from transformer.alignment import WORD_START, word_alignment, word_index  # noqa: E402
-from transformer.config import load_config  # noqa: E402
-from transformer.corpus import load_corpus  # noqa: E402
-from transformer.translator import Translator  # noqa: E402
+from transformer.alignment import WORD_START, word_alignment, word_index
+from transformer.config import load_config
+from transformer.corpus import load_corpus
+from transformer.translator import Translator
 
 ROWS = ("predicted", "input")
 

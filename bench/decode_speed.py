@@ -8,14 +8,14 @@ and BLEU, and checks that the cached and uncached outputs are identical.
     python bench/decode_speed.py --checkpoint RUN/best.pt [--data-dir DIR] [--limit N] [--max-tokens N]
 
 The checkpoint may be a training one or an inference-only one made beforehand with
-``python -m transformer.slim RUN/best.pt model.pt`` (config, weights and tokenizer: small enough to carry to
-another machine). Without --checkpoint it uses runs/decode_bench/best.pt if it is there; otherwise it refuses,
-unless ``--train-minutes N`` asks it to train one first with train.py (configs/multi30k_de_en.yaml).
+``python -m transformer.interop.slim RUN/best.pt model.pt`` (config, weights and tokenizer: small enough to
+copy to another machine). Without --checkpoint it uses runs/decode_bench/best.pt if it is there; otherwise it
+refuses, unless ``--train-minutes N`` asks it to train one first with train.py (configs/multi30k_de_en.yaml).
 
 Last line: speedup_cache=<cached greedy sentences/s ÷ uncached greedy sentences/s>.
 
 ``--compare`` measures instead our cached greedy against the inference engines users deploy with: the
-checkpoint is exported (``transformer.marian.export``) to a transformers folder and a
+checkpoint is exported (``transformer.interop.marian.export``) to a transformers folder and a
 CTranslate2 model, and the same sentences in the same length-sorted batches are decoded greedily by
 ``MarianMTModel.generate(num_beams=1)`` and by ``ctranslate2.Translator.translate_batch(beam_size=1)`` in
 fp32 and int8. Per engine: sentences/s, BLEU and how many lines differ from ours (token ids compared; the
@@ -190,7 +190,7 @@ def load_engines(model, tokenizer, settings, checkpoint, export_dir: Path, devic
     import ctranslate2
     import transformers
 
-    from transformer.marian import export
+    from transformer.interop.marian import export
 
     export(checkpoint, export_dir / "hf", export_dir / "ct2")
     hf_model = transformers.MarianMTModel.from_pretrained(export_dir / "hf").to(device).eval()
@@ -259,7 +259,8 @@ def main(argv=None) -> int:
         if args.train_minutes is None:
             print(
                 f"error: no checkpoint ({checkpoint} does not exist): pass --checkpoint RUN/best.pt (or an "
-                "inference-only one from python -m transformer.slim), or --train-minutes N to train one",
+                "inference-only one from python -m transformer.interop.slim), or --train-minutes N to train "
+                "one",
                 file=sys.stderr,
             )
             return 1

@@ -9,17 +9,14 @@ a shuffled epoch under the same budget without sorting by length.
 """
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere, no install
-
-from transformer.data import cut_into_batches, encode_split, iter_batches, make_batches  # noqa: E402
-from transformer.multi30k import load_multi30k  # noqa: E402
-from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_tokenizer  # noqa: E402
+from transformer.data import cut_into_batches, encode_split, iter_batches, make_batches
+from transformer.multi30k import load_multi30k
+from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_tokenizer
 
 
 def padding_fraction(batches, src_ids, tgt_ids) -> tuple[float, int]:

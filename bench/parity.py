@@ -3,14 +3,10 @@
 python bench/parity.py
 """
 
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere, no install
-from transformer.attention import scaled_dot_product_attention  # noqa: E402
-from transformer.reference import max_diff_vs_reference, mha_max_diff_vs_torch, stacks_max_diff  # noqa: E402
+from transformer.attention import scaled_dot_product_attention
+from transformer.pytorch_oracle import max_diff_vs_reference, mha_max_diff_vs_torch, stacks_max_diff
 
 
 def main():

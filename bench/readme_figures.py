@@ -20,13 +20,13 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402 (after choosing the backend)
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from anywhere, no install
 from transformer.config import load_config  # noqa: E402
 from transformer.plotting import attention_figure  # noqa: E402
 from transformer.translator import Translator  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def validation_curve(results: dict, path: Path) -> None:

@@ -38,14 +38,13 @@ from urllib.parse import urlparse
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from transformer.alignment import word_alignment, word_index
+from transformer.attention import MultiHeadAttention, merge_heads, split_heads
+from transformer.decoding import greedy_decode, max_lengths
+from transformer.interop.marian import MarianError, _transformers, from_marian
+from transformer.masks import decoder_self_mask, padding_mask
 
-from transformer.alignment import word_alignment, word_index  # noqa: E402
-from transformer.attention import MultiHeadAttention, merge_heads, split_heads  # noqa: E402
-from transformer.decoding import greedy_decode, max_lengths  # noqa: E402
-from transformer.marian import MarianError, _transformers, from_marian  # noqa: E402
-from transformer.masks import decoder_self_mask, padding_mask  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SOURCE = "Two young dogs are playing in the snow."
 REFERENCE = "Zwei junge Hunde spielen im Schnee."  # teacher-forced by the random fallback

@@ -13,12 +13,12 @@ import dataclasses
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere, no install
-from transformer.average import average_checkpoints, step_checkpoints  # noqa: E402
-from transformer.checkpoint import build_model, load_checkpoint, tokenizer_from_tensor  # noqa: E402
-from transformer.config import config_from_dict  # noqa: E402
-from transformer.multi30k import load_multi30k  # noqa: E402
-from transformer.translator import Translator  # noqa: E402
+from transformer.average import average_checkpoints, step_checkpoints
+from transformer.checkpoint import load_checkpoint, tokenizer_from_tensor
+from transformer.config import config_from_dict
+from transformer.model import build_model
+from transformer.multi30k import load_multi30k
+from transformer.translator import Translator
 
 
 def candidates(run_dir: Path) -> dict[str, dict]:

@@ -13,7 +13,7 @@ from transformer.attention import (
     split_heads,
 )
 from transformer.masks import causal_mask
-from transformer.reference import (
+from transformer.pytorch_oracle import (
     max_diff_vs_reference,
     mha_max_diff_vs_torch,
     random_padding_mask,

@@ -1,6 +1,6 @@
 """The benchmark scripts the GPU run relies on: train_throughput refuses to time made-up batches and honours
 --max-tokens; decode_speed never trains behind the user's back and decodes an inference-only checkpoint made
-beforehand (``python -m transformer.slim``) exactly as the training checkpoint it came from."""
+beforehand (``python -m transformer.interop.slim``) exactly as the training checkpoint it came from."""
 
 import sys
 from pathlib import Path
@@ -10,8 +10,8 @@ import torch
 from conftest import DATA_DIR, needs_data
 
 from transformer.checkpoint import CheckpointError, load_checkpoint, load_for_inference
-from transformer.slim import main as slim_main
-from transformer.slim import slim_checkpoint
+from transformer.interop.slim import main as slim_main
+from transformer.interop.slim import slim_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))

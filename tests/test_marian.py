@@ -15,7 +15,7 @@ from transformer.masks import decoder_self_mask
 from transformer.model import Transformer
 
 transformers = pytest.importorskip("transformers")
-from transformer.marian import MarianError, from_marian, main, to_marian  # noqa: E402
+from transformer.interop.marian import MarianError, from_marian, main, to_marian  # noqa: E402
 
 V, PAD, EOS = 40, 39, 0  # Marian's layout: EOS 0, PAD last, the decoder starts from PAD
 
@@ -263,7 +263,7 @@ class PiecesTokenizer:
 def test_ctranslate2_model_decodes_as_our_greedy(tmp_path, options):
     """Random models, with PAD and BOS made likely: CTranslate2 must rule them out as ours does."""
     ctranslate2 = pytest.importorskip("ctranslate2")
-    from transformer.marian import to_ctranslate2
+    from transformer.interop.marian import to_ctranslate2
 
     torch.manual_seed(12)
     config = ModelConfig(d_model=16, n_heads=4, d_ff=32, n_encoder_layers=2, n_decoder_layers=2,

@@ -9,8 +9,8 @@ from conftest import DATA_DIR
 
 import translate
 from transformer.checkpoint import load_for_inference
-from transformer.marian import main as marian_main
-from transformer.marian import save_marian_tokenizer
+from transformer.interop.marian import main as marian_main
+from transformer.interop.marian import save_marian_tokenizer
 from transformer.translator import Translator
 
 transformers = pytest.importorskip("transformers")

@@ -6,7 +6,7 @@ import torch
 from transformer.config import ModelConfig
 from transformer.layers import EncoderLayer
 from transformer.masks import causal_mask, decoder_self_mask, padding_mask
-from transformer.reference import FF, D, H, build_stacks, tokens_with_padding
+from transformer.pytorch_oracle import FF, D, H, build_stacks, tokens_with_padding
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from transformer.config import ConfigError, ModelConfig, config_from_dict
-from transformer.model import Transformer
+from transformer.config import ConfigError, config_from_dict
+from transformer.model import build_model
 from transformer.tokenizer import Tokenizer
 
 
@@ -62,12 +62,6 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
 def tokenizer_to_tensor(tokenizer: Tokenizer) -> torch.Tensor:
     return torch.frombuffer(bytearray(tokenizer.to_bytes()), dtype=torch.uint8)
-
-
-def build_model(config: ModelConfig, tokenizer: Tokenizer) -> Transformer:
-    """THE way to make a model for a tokenizer: its vocabulary (joint) and its special ids."""
-    V = tokenizer.vocab_size
-    return Transformer(config, V, V, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
 
 
 def tokenizer_from_tensor(data: torch.Tensor) -> Tokenizer:

@@ -33,6 +33,8 @@ class ModelConfig:
     norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm
     share_embeddings: bool = True  # tie source, target and output embeddings (joint vocab, §3.4)
     max_positions: int = 1024  # length of the sinusoidal table
+    # -- Where released Marian (opus-mt) models differ from the paper. Our own models keep these defaults;
+    # -- interop/marian.py sets them when it imports a Marian model, so that ours computes the same function.
     activation: str = "relu"  # feed-forward non-linearity: relu (§3.3), gelu or swish (Marian)
     sinusoid_layout: str = "interleaved"  # sin/cos interleaved (§3.5) or "halves" (Marian, fairseq)
     scale_embeddings: bool = True  # multiply token embeddings by √d_model (§3.4)

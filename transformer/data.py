@@ -301,7 +301,8 @@ def prefetch(batches: Iterable[Batch], device: torch.device, depth: int = 2) -> 
             put(error)
         put(done)
 
-    threading.Thread(target=produce, daemon=True).start()
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
     try:
         while (item := ready.get()) is not done:
             if isinstance(item, BaseException):
@@ -309,3 +310,4 @@ def prefetch(batches: Iterable[Batch], device: torch.device, depth: int = 2) -> 
             yield item
     finally:
         stop.set()
+        producer.join()  # no torch work left in the background when the process exits (it could abort)

@@ -192,3 +192,10 @@ class Transformer(nn.Module):
     def new_cache(self) -> Cache:
         """An empty incremental-decoding cache, one entry per decoder layer."""
         return [{"self": {}, "cross": {}} for _ in self.decoder.layers]
+
+
+def build_model(config: ModelConfig, tokenizer) -> Transformer:
+    """THE way to make a model for a tokenizer (anything with ``vocab_size``, ``pad_id``, ``bos_id``,
+    ``eos_id``): a joint vocabulary, and the tokenizer's special ids, which then belong to the model."""
+    V = tokenizer.vocab_size
+    return Transformer(config, V, V, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)

@@ -135,7 +135,7 @@ def load_multi30k(src_lang: str = "de", tgt_lang: str = "en", data_dir: str | Pa
 
 def main(argv: list[str] | None = None) -> int:
     """``make data``: all twelve files present and verified, or one line saying why not (exit 1)."""
-    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m transformer.multi30k", description=main.__doc__)
     parser.add_argument("--data-dir", help="a folder with the files (else $MULTI30K_DIR, else data/multi30k)")
     args = parser.parse_args(argv)
     directory, downloadable = locate(args.data_dir)

@@ -15,7 +15,6 @@ import torch
 from transformer import reporting
 from transformer.checkpoint import (
     CheckpointError,
-    build_model,
     restore_training,
     rng_state,
     save_checkpoint,
@@ -26,7 +25,7 @@ from transformer.corpus import DataError, load_corpus
 from transformer.data import Splits, encode_corpus, iter_batches, make_batches
 from transformer.ema import EMA
 from transformer.evaluation import evaluate_loss
-from transformer.model import Transformer
+from transformer.model import Transformer, build_model
 from transformer.optim import make_optimizer
 from transformer.run_folder import prepare_run_dir, run_tokenizer
 from transformer.runtime import Runtime, setup_runtime

@@ -10,7 +10,10 @@
 
 A ``Translator`` is made of (model, tokenizer, evaluation settings, device, precision); ``from_checkpoint``
 is the one place that knows file formats. Every method works on text; the ``*_ids`` methods under them
-work on token ids (``translate.py`` uses those, so that the API and the command line share one path).
+work on token ids. It is THE decoding driver of the project: validation and the final test in training,
+``translate.py``, the benches and the Python API all decode through ``search`` / ``search_nbest``, score
+through ``sequence_log_probs`` and look at attention through ``attention_ids``; the searches themselves
+(``decoding.py``) take and give token-id tensors only.
 
 The line contract of ``translate.py`` holds here too:
   - a blank source is not run through the model: its translation is "" with log-prob 0.0, its score 0.0
@@ -37,8 +40,8 @@ from transformer.config import EvalConfig, source_token_limit
 from transformer.data import iter_batches, make_batches, restore_order
 from transformer.decoding import beam_search, beam_search_nbest, greedy_decode, length_normaliser, max_lengths
 from transformer.evaluation import bleu_chrf
+from transformer.interop.released import is_released
 from transformer.model import Attention, Transformer
-from transformer.released import is_released
 from transformer.runtime import autocast, autocast_dtype, resolve_device
 from transformer.tokenizer import Tokenizer
 
@@ -143,7 +146,7 @@ class Translator:
         the checkpoint's ``eval`` settings (beam_size=4, length_penalty=1.0, max_tokens=...)."""
         device = resolve_device(str(device))
         if is_released(path):
-            from transformer.released import load_released  # needs transformers
+            from transformer.interop.released import load_released  # needs transformers
 
             model, tokenizer, config = load_released(path, device)
         else:

@@ -2,7 +2,7 @@
 
     from_marian(hf_model) -> Transformer          the same function with the same weights
     to_marian(model)      -> MarianMTModel         the exact inverse (round trip exact)
-    python -m transformer.marian export RUN_DIR/best.pt OUT_DIR [--ct2 CT2_DIR]
+    python -m transformer.interop.marian export RUN_DIR/best.pt OUT_DIR [--ct2 CT2_DIR]
 
 Weights (ours <- Marian's; the rest is the same name for name):
 
@@ -375,7 +375,9 @@ def export(checkpoint: str | Path, out_dir: str | Path, ct2_dir: str | Path | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m transformer.marian", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m transformer.interop.marian", description=__doc__.split("\n")[0]
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     export_parser = commands.add_parser("export", help="checkpoint -> transformers folder [+ CTranslate2]")
     export_parser.add_argument("checkpoint", help="RUN_DIR/best.pt")

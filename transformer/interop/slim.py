@@ -1,7 +1,7 @@
 """Inference-only checkpoints: the config, the weights to translate with and the tokenizer — no optimizer,
 no training weights under a moving average, no RNG state — small enough to carry to another machine.
 
-    python -m transformer.slim RUN/best.pt model.pt [--dtype bf16]
+    python -m transformer.interop.slim RUN/best.pt model.pt [--dtype bf16]
 
 ``load_for_inference`` (so ``translate.py`` and ``bench/decode_speed.py``) reads the result like any
 checkpoint; ``--resume`` cannot start from it. ``--dtype bf16`` / ``fp16`` halves the file again: the weights

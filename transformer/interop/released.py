@@ -1,5 +1,6 @@
-"""Released translation models for ``translate.py`` and the ``Translator``: a Hugging Face Marian folder (e.g.
-an opus-mt model, or one exported by ``python -m transformer.marian export``) or ``hf:NAME`` from the hub.
+"""Released translation models for ``translate.py`` and the ``Translator``: a Hugging Face Marian folder
+(e.g. an opus-mt model, or one exported by ``python -m transformer.interop.marian export``) or ``hf:NAME``
+from the hub.
 
 The weights go through ``marian.from_marian`` into our own Transformer, so decoding, scoring and every
 attention view run on our code; the text goes through the model's own ``MarianTokenizer``, wrapped in
@@ -15,7 +16,7 @@ from urllib.parse import urlparse
 
 from transformer.checkpoint import CheckpointError
 from transformer.config import Config, DataConfig, EvalConfig
-from transformer.marian import MarianError, _transformers, from_marian
+from transformer.interop.marian import MarianError, _transformers, from_marian
 from transformer.model import Transformer
 
 HUB_PREFIX = "hf:"
