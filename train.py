@@ -22,7 +22,13 @@ from tqdm import tqdm
 
 from transformer import reporting
 from transformer.average import average_checkpoints, last_step_checkpoints
-from transformer.checkpoint import CheckpointError, load_for_inference, save_checkpoint, unwrap
+from transformer.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    load_for_inference,
+    save_checkpoint,
+    unwrap,
+)
 from transformer.config import Config, ConfigError, load_config
 from transformer.corpus import DataError
 from transformer.data import Batch, iter_batches, make_batches, prefetch
@@ -162,6 +168,9 @@ def train_loop(run: Run) -> str:
     )  # fmt: skip
     window_tokens, window_start, micro_batches = 0, time.perf_counter(), []  # for tokens/s; the update's
     reason = stop_reason(run)
+    if reason is None and state.pending_from:  # resumed inside an update: read its micro-batches again
+        state.epoch, state.batch_in_epoch = state.pending_from
+        state.pending_from = None
     while reason is None:
         for batch in prefetch(epoch_batches(run), rt.device):
             if not micro_batches:  # where this update starts: what --resume reads again if it is pending
@@ -194,8 +203,8 @@ def train_loop(run: Run) -> str:
             state.epoch, state.batch_in_epoch = state.epoch + 1, 0
             reason = stop_reason(run)
     progress.close()
-    if micro_batches:  # stopped at an epoch end inside an update: last.pt points at its first micro-batch
-        state.epoch, state.batch_in_epoch = update_start
+    if micro_batches:  # stopped at an epoch end inside an update: --resume starts at its first micro-batch
+        state.pending_from = list(update_start)
     every = run.config.eval.every_steps
     if state.step == 0 or not every or state.step % every:  # the last step is not evaluated yet (all ranks)
         evaluate_and_save(run)
@@ -209,8 +218,15 @@ def final_test(run: Run, stop_reason: str) -> dict:
     tested = run.run_dir / "best.pt"
     if config.eval.average_last:
         tested = run.run_dir / "averaged.pt"
-        kept = last_step_checkpoints(run.run_dir, config.eval.average_last)
-        save_checkpoint(average_checkpoints(kept, config.eval.average_weights), tested)
+        kept, weights = (
+            last_step_checkpoints(run.run_dir, config.eval.average_last),
+            config.eval.average_weights,
+        )
+        if weights == "raw" and not all("train_model" in load_checkpoint(p) for p in kept) and run.ema:
+            print("warning: step checkpoints from before the raw weights were kept: averaging their moving "
+                  "averages (eval.average_weights=ema)", file=sys.stderr)  # fmt: skip
+            weights = "ema"
+        save_checkpoint(average_checkpoints(kept, weights), tested)
     model, tokenizer, _ = load_for_inference(tested, rt.device)
     t0 = time.perf_counter()
     translator = Translator(model, tokenizer, config.eval, rt.device, config.train.precision)

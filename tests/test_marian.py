@@ -199,6 +199,15 @@ def test_unmappable_models_are_refused_in_one_line(settings, named):
     assert "\n" not in str(error.value)
 
 
+def test_special_ids_that_cannot_work_are_a_marian_error():
+    """A config whose decoder would start from EOS: refused in one line, not a ValueError traceback."""
+    hf_model = random_marian(9, torch.float32)
+    hf_model.config.update(dict(decoder_start_token_id=EOS))
+    with pytest.raises(MarianError, match="starts the decoder from id 0, which is also eos_id") as error:
+        from_marian(hf_model)
+    assert "\n" not in str(error.value)
+
+
 def test_learned_positions_and_pre_norm_are_refused():
     hf_model = random_marian(10, torch.float32)
     with torch.no_grad():

@@ -240,6 +240,9 @@ def test_resume_at_an_epoch_end_keeps_the_pending_micro_batches(tmp_path):
     assert train.main(argv(stopped, *common, "train.max_epochs=1")) == 0
     middle = load_checkpoint(stopped / "last.pt")["state"]
     assert middle["step"] * 2 < first["step"], "the epoch must end with a pending micro-batch"  # odd epoch
+    assert (middle["epoch"], middle["pending_from"]) == (1, [0, 40])  # honest epoch; where --resume reads
+    assert train.main(argv(stopped, *common, "train.max_epochs=1") + ["--resume"]) == 0  # nothing left to do
+    assert load_checkpoint(stopped / "last.pt")["state"]["step"] == middle["step"]
     assert train.main(argv(stopped, *common, "train.max_epochs=2") + ["--resume"]) == 0
     a, b = load_checkpoint(straight / "last.pt"), load_checkpoint(stopped / "last.pt")
     assert (

@@ -41,7 +41,7 @@ def count_words(pieces: list[str]) -> int:
 def word_alignment(
     weights: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str], rows: str = "predicted"
 ) -> list[tuple[int, int]]:
-    """weights (T', S') of one layer, heads averaged, rows and columns as ``evaluation.sentence_attention``
+    """weights (T', S') of one layer, heads averaged, rows and columns as ``Translator.attention_ids``
     labels them (source pieces + EOS; target pieces, + EOS when the translation ended with one) ->
     sorted (source word, target word) pairs. ``src_pieces`` / ``tgt_pieces``: without EOS."""
     if rows not in ("predicted", "input"):

@@ -131,7 +131,7 @@ def add_attention_figures(
     ``{tag}_cross_top_sources.md``.
 
     ``attention``: a ``model.Attention`` of batch size 1; ``labels``: (source pieces, pieces each decoder
-    row predicted, pieces each decoder row read), as ``evaluation.sentence_attention`` returns them.
+    row predicted, pieces each decoder row read): ``translator.SentenceAttention.labels``.
     """
     src_labels, tgt_labels, in_labels = labels
     axes = {

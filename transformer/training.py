@@ -52,6 +52,9 @@ class State:
     train_seconds: float = 0.0
     history: list = field(default_factory=list)
     world_size: int = 1  # processes that share the epochs (batch_in_epoch counts one rank's shard)
+    # stopped inside an update (train.accum_steps > 1): [epoch, batch_in_epoch] of its first micro-batch,
+    # where --resume reads again if training goes on
+    pending_from: list | None = None
 
 
 @dataclass

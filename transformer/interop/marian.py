@@ -211,7 +211,10 @@ def from_marian(hf_model) -> Transformer:
     pad, start = hf_config.pad_token_id, hf_config.decoder_start_token_id
     bos = start if config.decoder_start_token == "bos" else hf_config.bos_token_id  # Marian: often = EOS
     bos = pad if bos is None else bos
-    model = Transformer(config, src_vocab, tgt_vocab, pad, bos, hf_config.eos_token_id)
+    try:
+        model = Transformer(config, src_vocab, tgt_vocab, pad, bos, hf_config.eos_token_id)
+    except ValueError as error:  # special ids that cannot work together
+        raise MarianError(f"cannot map this Marian model: {error}") from None
     dtype = theirs["model.encoder.layers.0.fc1.weight"].dtype if config.n_encoder_layers else torch.float32
     model.to(dtype).load_state_dict(state)
     model.hf_config = copy.deepcopy(hf_config)  # special ids and decoding settings, for to_marian
