@@ -65,6 +65,43 @@ def test_matches_torch_is_causal_and_extra_batch_dims():
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 4, 6, dtype=torch.float64))
 
 
+# ---------------------------------------------------------------- the additive float mask (0 / -inf)
+
+
+def test_additive_causal_mask_matches_torch_and_the_boolean_mask():
+    q, k, v = random_qkv((2,), 4, 7, 7, 8, 8, torch.float64)
+    additive = torch.nn.Transformer.generate_square_subsequent_mask(7, dtype=torch.float64)  # 0 / -inf
+    out, weights = scaled_dot_product_attention(q, k, v, additive)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=additive)
+    assert (out - expected).abs().max() < 1e-12
+    out_bool, weights_bool = scaled_dot_product_attention(q, k, v, causal_mask(7))
+    assert torch.equal(out, out_bool) and torch.equal(weights, weights_bool)
+    assert torch.all(weights.triu(1) == 0)
+
+
+def test_additive_mask_with_finite_biases_matches_torch_values_and_gradients():
+    q, k, v = random_qkv((2,), 2, 4, 5, 3, 3, torch.float64, requires_grad=True)
+    bias = torch.randn(2, 1, 4, 5, dtype=torch.float64)  # finite numbers added to the scores...
+    bias[0, :, :, 3:] = float("-inf")  # ...and blocked keys
+    ours = scaled_dot_product_attention(q, k, v, bias)[0]
+    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    assert (ours - theirs).abs().max() < 1e-12
+    grads = torch.autograd.grad(ours.sum(), (q, k, v)), torch.autograd.grad(theirs.sum(), (q, k, v))
+    for a, b in zip(*grads):
+        assert (a - b).abs().max() < 1e-12
+
+
+def test_fully_blocked_row_of_an_additive_mask_gives_zeros_not_nan():
+    q, k, v = random_qkv((1,), 1, 3, 4, 8, 8, torch.float32, requires_grad=True)
+    additive = torch.zeros(3, 4)
+    additive[1] = float("-inf")  # query 1 may attend to nothing
+    out, weights = scaled_dot_product_attention(q, k, v, additive)
+    assert torch.all(out[0, :, 1] == 0) and torch.all(weights[0, :, 1] == 0)
+    assert torch.isfinite(out).all()
+    out.sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
 def test_gradients_match_gradcheck():
     q, k, v = random_qkv((2,), 2, 4, 5, 3, 3, torch.float64, requires_grad=True)
     mask = random_padding_mask(2, 5)

@@ -2,8 +2,11 @@
 
     Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V
 
-Masks are boolean, True = may attend (see ``masks.py``), applied to the scores before the softmax.
-A query whose keys are ALL masked (a padding query) gets zero weights and a zero output, never NaN.
+Masks are boolean, True = may attend (see ``masks.py``), applied to the scores before the softmax. An
+additive float mask (0 = attend, -inf = blocked, finite numbers added to the scores, the form of PyTorch's
+``nn.Transformer.generate_square_subsequent_mask``) is accepted too, with ``F.scaled_dot_product_attention``'s
+meaning. A query whose keys are ALL masked gets zero weights and a zero output, never NaN (docs/attention.md,
+"A fully masked row", says why; the batches the project builds never have one).
 
 Shapes: B batch, H heads, Tq query length, Tk key length, D d_model, Dh head size (D / H).
 """
@@ -26,11 +29,15 @@ def scaled_dot_product_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 1 on (..., Tq, Dk), (..., Tk, Dk), (..., Tk, Dv) -> (output (..., Tq, Dv), weights (..., Tq, Tk)).
 
-    ``mask``: bool, broadcastable to (..., Tq, Tk), True = attend. ``dropout`` drops attention weights
-    (training only; the caller passes 0.0 in eval mode).
+    ``mask``: broadcastable to (..., Tq, Tk); bool, True = attend, or float, added to the scores (-inf =
+    blocked). ``dropout`` drops attention weights (training only; the caller passes 0.0 in eval mode).
     """
     scale = 1.0 / math.sqrt(query.size(-1))
     scores = torch.matmul(query, key.transpose(-2, -1)) * scale  # (..., Tq, Tk)
+    if mask is not None and mask.dtype != torch.bool:  # additive: its -inf entries become the bool mask
+        blocked = torch.isneginf(mask)  # (..., Tq, Tk)
+        scores = scores + mask.masked_fill(blocked, 0.0)  # (..., Tq, Tk), the finite part added
+        mask = ~blocked
     if mask is None:
         weights = torch.softmax(scores, dim=-1)  # (..., Tq, Tk)
     else:
@@ -91,7 +98,7 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         cache: dict[str, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """query (B, Tq, D), key/value (B, Tk, D), mask bool (B|1, 1|H, Tq|1, Tk), True = attend.
+        """query (B, Tq, D), key/value (B, Tk, D), mask (B|1, 1|H, Tq|1, Tk): bool, True = attend, or float.
 
         Returns (output (B, Tq, D), per-head weights (B, H, Tq, Tk)).
         """
