@@ -4,19 +4,26 @@
     python bench/released_model.py --model random [--random-size reduced|full]
 
 ``from_marian`` turns the Marian model into ours (same weights). For ONE sentence, right-padded with
-``--pad`` pad tokens (as in a batch beside a longer sentence), the script prints:
+``--pad`` pad tokens (as in a batch beside a longer sentence), the script prints (layers and heads counted
+from 0, as the block names; the tables are in ``released_tables.py``):
 
 1. the per-block differences between our ``MultiHeadAttention`` and Marian's own ``MarianAttention``:
    encoder self (padding mask), decoder self (causal mask), cross (padding mask). Forward hooks catch every
    block's output and weights in both models, each running its own forward pass;
-2. the top source tokens per head: for each target token, the source token each head of one decoder
-   layer's cross-attention attends to most;
-3. the word alignment table from that layer's cross-attention, heads averaged, sub-words merged into words
+2. the plain float32 formula (``x @ W + b`` with ``W = q_proj.weight.T`` etc., scores divided by √d_k, -inf
+   mask) on the three blocks of layer 0, fed the inputs Marian's blocks received, beside ours;
+3. for one source token (``--query-token``), the top 2 keys of each head of one encoder layer's
+   self-attention (``--encoder-layer``, default 0);
+4. the top source token of each head (and of their mean) of one decoder layer's cross-attention
+   (``--layer``, default the penultimate), a row per decoder position: the token it reads -> the token it
+   predicts;
+5. the word alignment from that layer's cross-attention, heads averaged, sub-words merged into words
    (``transformer.alignment``: the rule ``translate.py --alignments`` uses);
-4. what each of the three classic mistakes (no 1/√d_k, masking after the softmax, head split without the
-   transpose) does to each block: every block of ours is fed the inputs Marian's block received (caught by
-   forward pre-hooks) and computed correctly and then with each mistake, written here, not in the package;
-   the figure is the max |difference| from Marian's block output.
+6. the last decoder layer's self-attention, heads averaged (its first 5 × 5), and the largest weight any
+   decoder self-attention gives the future;
+7. what each of the eight classic mistakes of ``bench/mistakes.py`` does to each block: every block of
+   ours is fed the inputs Marian's block received (caught by forward pre-hooks) and computed correctly and
+   then with each mistake; the figure is the max |difference| from Marian's block output.
 
 The translation is our greedy one (checked against ``generate(num_beams=1)``) unless ``--target`` gives one
 to teacher-force. Offline (no Hugging Face Hub access and nothing in its cache), ``hf:NAME`` falls back,
@@ -35,11 +42,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+import released_tables as tables
 import torch
-import torch.nn.functional as F
+from mistakes import MISTAKES, multi_head_with
 
-from transformer.alignment import word_alignment, word_index
-from transformer.attention import MultiHeadAttention, merge_heads, split_heads
+from transformer.alignment import WORD_START
+from transformer.attention import merge_heads, split_heads
 from transformer.decoding import greedy_decode, max_lengths
 from transformer.interop.marian import MarianError, _transformers, from_marian
 from transformer.masks import decoder_self_mask, padding_mask
@@ -69,9 +77,10 @@ REDUCED = dict(
     d_model=128, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=512, decoder_ffn_dim=512,
     max_position_embeddings=128,
 )  # fmt: skip
-MISTAKES = ("no_scale", "mask_after_softmax", "split_no_transpose")
-MISTAKE_TITLES = {"no_scale": "no 1/√d_k", "mask_after_softmax": "mask after softmax",
-                  "split_no_transpose": "split w/o transpose"}  # fmt: skip
+
+
+class WalkThroughError(Exception):
+    """A question the model cannot answer: a layer it does not have, a token the source does not hold."""
 
 
 @dataclass
@@ -95,7 +104,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--source", default=SOURCE)
     parser.add_argument("--target", help="teacher-force this translation (default: our greedy one)")
     parser.add_argument("--pad", type=int, default=3, help="pad tokens after the sentence (padding masks)")
-    parser.add_argument("--layer", type=int, help="decoder layer of parts 2 and 3 (default: penultimate)")
+    parser.add_argument("--layer", type=int, help="decoder layer of parts 4 and 5, from 0, negative from the "
+                        "end (default: the penultimate)")  # fmt: skip
+    parser.add_argument("--encoder-layer", type=int, help="encoder layer of part 3, from 0, negative from "
+                        "the end (default: 0, the first)")  # fmt: skip
+    parser.add_argument("--query-token", help="source piece of part 3, with or without its leading ▁ "
+                        "(default: the first of the longest pieces that start a word)")  # fmt: skip
     parser.add_argument("--max-len-offset", type=int, default=50)
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     return parser.parse_args(argv)
@@ -229,12 +243,13 @@ def load_model(args: argparse.Namespace, log=print) -> Released:
 
 
 def attention_pairs(ours, hf_model) -> dict[str, tuple]:
-    """{block name: (our MultiHeadAttention, Marian's MarianAttention, kind)}, kind: self | causal | cross."""
+    """{block name: (our MultiHeadAttention, Marian's MarianAttention, kind)}, kind: encoder | decoder |
+    cross (the kinds of ``bench/mistakes.py``)."""
     pairs = {}
     for i, (a, b) in enumerate(zip(ours.encoder.layers, hf_model.model.encoder.layers)):
-        pairs[f"encoder.{i}.self"] = (a.self_attn, b.self_attn, "self")
+        pairs[f"encoder.{i}.self"] = (a.self_attn, b.self_attn, "encoder")
     for i, (a, b) in enumerate(zip(ours.decoder.layers, hf_model.model.decoder.layers)):
-        pairs[f"decoder.{i}.self"] = (a.self_attn, b.self_attn, "causal")
+        pairs[f"decoder.{i}.self"] = (a.self_attn, b.self_attn, "decoder")
         pairs[f"decoder.{i}.cross"] = (a.cross_attn, b.encoder_attn, "cross")
     return pairs
 
@@ -259,40 +274,31 @@ def caught(modules: dict[str, torch.nn.Module], run) -> tuple[dict, dict]:
     return inputs, outputs
 
 
-# -------- the three classic mistakes, written here (the package's attention stays correct) ---------------
-
-
-def split_no_transpose(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    B, T, D = x.shape
-    return x.reshape(B, n_heads, T, D // n_heads)  # (B, H, T, Dh), time steps mixed into heads
-
-
-def merge_no_transpose(x: torch.Tensor) -> torch.Tensor:
-    B, H, T, Dh = x.shape
-    return x.reshape(B, T, H * Dh)  # (B, T, D)
-
-
-def attention_with(module: MultiHeadAttention, query, key, value, mask, mistake: str) -> torch.Tensor:
-    """``module``'s multi-head attention with one of the MISTAKES -> output (B, Tq, D)."""
-    H, D = module.n_heads, module.d_model
-    w, b = module.qkv_proj.weight, module.qkv_proj.bias
-    split = split_no_transpose if mistake == "split_no_transpose" else split_heads
-    merge = merge_no_transpose if mistake == "split_no_transpose" else merge_heads
-    q, k, v = (
-        split(F.linear(x, w[i * D : (i + 1) * D], b[i * D : (i + 1) * D]), H)
-        for i, x in enumerate((query, key, value))
-    )  # 3 × (B, H, T, Dh)
-    scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
-    if mistake != "no_scale":
-        scores = scores / math.sqrt(q.size(-1))
-    if mistake == "mask_after_softmax":
-        weights = torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)  # not renormalised
-    else:
-        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)  # (B, H, Tq, Tk)
-    return module.out_proj(merge(weights @ v))  # (B, Tq, D)
-
-
 # -------- the walk-through ----------------------------------------------------------------------------
+
+
+def layer_index(flag: str, value: int | None, count: int, stack: str, default: int) -> int:
+    """``value`` (from 0, negative from the end) checked against the ``count`` layers of ``stack``."""
+    if value is None:
+        return default
+    if not -count <= value < count:
+        raise WalkThroughError(
+            f"{flag} {value}: the model has {count} {stack} layers, 0 to {count - 1} (or -{count} to -1 "
+            "from the end)"
+        )
+    return value % count
+
+
+def query_position(pieces: list[str], text: str | None) -> int:
+    """The first source piece spelled ``text``, as a word start (▁text) first, then as written; by default
+    the first of the longest pieces that start a word."""
+    if text is None:
+        starts = [i for i, piece in enumerate(pieces) if piece.startswith(WORD_START)] or range(len(pieces))
+        return max(starts, key=lambda i: len(pieces[i]))
+    for spelling in (WORD_START + text.removeprefix(WORD_START), text):
+        if spelling in pieces:
+            return pieces.index(spelling)
+    raise WalkThroughError(f"--query-token {text}: not a piece of the source; its pieces: {pieces}")
 
 
 def translation(ours, released: Released, src: torch.Tensor, args, log=print) -> tuple[list[int], bool]:
@@ -343,104 +349,124 @@ def block_differences(pairs: dict, ours, hf_model, src, tgt_in, pad: int) -> tup
     return rows, our_outputs, (their_inputs, their_outputs)
 
 
-def mistake_rows(pairs: dict, marian: tuple[dict, dict], masks: dict) -> dict[str, dict[str, float]]:
-    """Each of our blocks on the inputs Marian's block received: max |Δ| from Marian's block output, done
-    right ("ours") and with each mistake."""
+def marian_io(marian: tuple[dict, dict], name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(query input (1, Tq, D), key = value input (1, Tk, D), output (1, Tq, D)) of Marian's block."""
     their_inputs, their_outputs = marian
+    hidden, key_value = their_inputs[name]
+    return hidden, hidden if key_value is None else key_value, their_outputs[name][0]
+
+
+def plain_formula(block, x_q: torch.Tensor, x_kv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The walk-through's plain formula on one MarianAttention: its nn.Linear weights (out, in) read as the
+    paper's x @ W matrices, Eq. 1 with / √d_k, the mask as -inf. -> output (1, Tq, D)."""
+    H = block.num_heads
+    W_Q, W_K, W_V, W_O = (p.weight.T for p in (block.q_proj, block.k_proj, block.v_proj, block.out_proj))
+    Q = split_heads(x_q @ W_Q + block.q_proj.bias, H)  # (1, H, Tq, Dh)
+    K = split_heads(x_kv @ W_K + block.k_proj.bias, H)  # (1, H, Tk, Dh)
+    V = split_heads(x_kv @ W_V + block.v_proj.bias, H)  # (1, H, Tk, Dh)
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))  # (1, H, Tq, Tk)
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)  # (1, H, Tq, Tk)
+    return merge_heads(weights @ V) @ W_O + block.out_proj.bias  # (1, Tq, D)
+
+
+def plain_rows(pairs: dict, marian: tuple[dict, dict], masks: dict) -> dict[str, dict[str, float]]:
+    """The blocks of layer 0, ours and the plain formula fed Marian's inputs: max |Δ| from its output."""
     rows = {}
-    for name, (module, _, kind) in pairs.items():
-        hidden, key_value = their_inputs[name]
-        key = hidden if key_value is None else key_value
-        want = their_outputs[name][0]  # (1, Tq, D)
-        rows[name] = {"ours": max_diff(module(hidden, key, key, masks[kind])[0], want)}
-        for mistake in MISTAKES:
-            rows[name][mistake] = max_diff(
-                attention_with(module, hidden, key, key, masks[kind], mistake), want
-            )
+    for name in ("encoder.0.self", "decoder.0.self", "decoder.0.cross"):
+        ours, theirs, kind = pairs[name]
+        hidden, key, want = marian_io(marian, name)
+        rows[name] = {
+            "ours": max_diff(ours(hidden, key, key, masks[kind])[0], want),
+            "plain": max_diff(plain_formula(theirs, hidden, key, masks[kind]), want),
+            "scale": want.abs().max().item(),
+        }
     return rows
 
 
-def words(pieces: list[str]) -> list[str]:
-    """Sub-word pieces merged into words (the rule of ``transformer.alignment``)."""
-    index = word_index(pieces)
-    merged = [""] * (index[-1] + 1 if index else 0)
-    for piece, word in zip(pieces, index):
-        merged[word] += piece
-    return [word.replace("\u2581", "") or "\u2581" for word in merged]
+def mistake_rows(pairs: dict, marian: tuple[dict, dict], masks: dict) -> dict[str, dict]:
+    """Each of our blocks on the inputs Marian's block received: max |Δ| from Marian's block output, done
+    right ("ours") and with each mistake (None where it changes nothing: a causal mask on a causal block)."""
+    rows = {}
+    for name, (block, _, kind) in pairs.items():
+        hidden, key, want = marian_io(marian, name)
+        rows[name] = {"ours": max_diff(block(hidden, key, key, masks[kind])[0], want)}
+        for mistake in MISTAKES:
+            if mistake == "causal_everywhere" and kind == "decoder":
+                rows[name][mistake] = None
+                continue
+            wrong, _ = multi_head_with(block, hidden, key, masks[kind], kind, mistake)  # (1, Tq, D)
+            rows[name][mistake] = max_diff(wrong, want)
+    return rows
 
 
-def print_blocks(rows: dict, dtype: str, log=print) -> None:
-    log(f"\n== 1. per-block differences, our attention vs Marian's modules (forward hooks, {dtype}) ==")
-    log(f"{'block':<18} {'mask':<8} {'output max|Δ|':>14} {'weights max|Δ|':>15} {'max|output|':>12}")
-    for name, row in rows.items():
-        mask = {"self": "padding", "causal": "causal", "cross": "padding"}[row["kind"]]
-        log(f"{name:<18} {mask:<8} {row['output']:14.2e} {row['weights']:15.2e} {row['scale']:12.3f}")
+def future_weight(our_outputs: dict, n_layers: int) -> float:
+    """The largest weight above the diagonal (a key in the query's future) of every decoder self-attention."""
+    weights = [our_outputs[f"decoder.{i}.self"][1] for i in range(n_layers)]  # (1, H, T, T) each
+    return max(w.triu(diagonal=1).abs().max().item() for w in weights)
 
 
-def print_top_sources(weights: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str], layer: int,
-                      log=print) -> None:  # fmt: skip
-    """weights (H, T, S) of one layer's cross-attention, padding columns dropped."""
-    H = weights.size(0)
-    log(f"\n== 2. top source token per head: decoder layer {layer} cross-attention (weight) ==")
-    log(f"{'target':<12}" + "".join(f" {'head ' + str(h):<13}" for h in range(H)))
-    best_weight, best = weights.max(dim=-1)  # (H, T) each
-    for t, label in enumerate(tgt_pieces):
-        cells = [f"{src_pieces[best[h, t]][:8]} {best_weight[h, t]:.2f}" for h in range(H)]
-        log(f"{label[:12]:<12}" + "".join(f" {cell:<13}" for cell in cells))
+@dataclass
+class Sentence:
+    """The source, padded, and the decoder's rows: row i reads ``read[i]`` and predicts ``predicted[i]``."""
+
+    src: torch.Tensor  # (1, S + pad)
+    src_pieces: list[str]  # S, EOS included, no padding
+    tgt_in: torch.Tensor  # (1, T): the start token, then the translation shifted right
+    read: list[str]  # T pieces of tgt_in
+    predicted: list[str]  # T pieces: the translation, then EOS if it ended
+    n_target: int  # the translation's length, without EOS
 
 
-def print_alignment(weights: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str], layer: int,
-                    log=print) -> list[tuple[int, int]]:  # fmt: skip
-    """weights (T', S') heads averaged, rows/columns with EOS; the pieces without EOS."""
-    pairs = word_alignment(weights, src_pieces, tgt_pieces)
-    src_words, tgt_words = words(src_pieces), words(tgt_pieces)
-    log(f"\n== 3. word alignment: decoder layer {layer} cross-attention, heads averaged, sub-words merged ==")
-    log(f"{'target word':<16} source word(s)")
-    for j, word in enumerate(tgt_words):
-        linked = [f"{i}:{src_words[i]}" for i, k in pairs if k == j]
-        log(f"{str(j) + ':' + word:<16} {', '.join(linked) or '-'}")
-    log("pharaoh (source-target): " + " ".join(f"{i}-{j}" for i, j in pairs))
-    return pairs
-
-
-def print_mistakes(rows: dict, log=print) -> None:
-    log("\n== 4. the classic mistakes: max |Δ| from Marian's block, each block fed Marian's own inputs ==")
-    titles = ["ours"] + [MISTAKE_TITLES[m] for m in MISTAKES]
-    log(f"{'block':<18}" + "".join(f" {title:>20}" for title in titles))
-    for name, row in rows.items():
-        log(f"{name:<18}" + "".join(f" {row[key]:20.2e}" for key in ("ours", *MISTAKES)))
+def sentence(released: Released, ours, args, log=print) -> Sentence:
+    """The source padded with --pad pad tokens and its translation (see ``translation``), both logged."""
+    pad, eos = released.hf_model.config.pad_token_id, released.hf_model.config.eos_token_id
+    src_ids = released.encode_source(args.source)  # with EOS
+    log(f"model: {released.description}")
+    log(f"source: {args.source}\nsource pieces: {released.pieces(src_ids)} + {args.pad} × <pad>")
+    src = torch.tensor([src_ids + [pad] * args.pad])  # (1, S + pad)
+    hyp, ended = translation(ours, released, src, args, log)
+    predicted = hyp + [eos] if ended else hyp  # what each decoder row predicts
+    tgt_in = torch.tensor([[ours.start_id] + predicted[:-1]])  # (1, T): what each decoder row reads
+    read = released.pieces(tgt_in[0].tolist())
+    return Sentence(src, released.pieces(src_ids), tgt_in, read, released.pieces(predicted), len(hyp))
 
 
 def walk_through(released: Released, args: argparse.Namespace, log=print) -> dict:
-    """The four parts for one sentence; returns their figures."""
-    dtype = getattr(torch, args.dtype)
-    hf_model = released.hf_model.to(dtype).eval()
+    """The seven parts for one sentence; returns their figures."""
+    hf_model = released.hf_model.to(getattr(torch, args.dtype)).eval()
+    n_encoder, n_decoder = hf_model.config.encoder_layers, hf_model.config.decoder_layers
+    layer = layer_index("--layer", args.layer, n_decoder, "decoder", max(n_decoder - 2, 0))
+    encoder_layer = layer_index("--encoder-layer", args.encoder_layer, n_encoder, "encoder", 0)
+    src_pieces = released.pieces(released.encode_source(args.source))
+    query = query_position(src_pieces, args.query_token)
     ours = from_marian(hf_model).eval()
-    pad, eos = hf_model.config.pad_token_id, hf_model.config.eos_token_id
-    src_ids = released.encode_source(args.source)  # with EOS
-    src = torch.tensor([src_ids + [pad] * args.pad])  # (1, S + pad)
-    log(f"model: {released.description}")
-    log(f"source: {args.source}\nsource pieces: {released.pieces(src_ids)} + {args.pad} × <pad>")
-    hyp, ended = translation(ours, released, src, args, log)
-    predicted = hyp + [eos] if ended else hyp  # what each decoder row predicts
-    tgt_in = torch.tensor([[ours.start_id] + predicted[:-1]])  # (1, T)
-    pairs = attention_pairs(ours, hf_model)
-    rows, our_outputs, marian = block_differences(pairs, ours, hf_model, src, tgt_in, pad)
-    print_blocks(rows, args.dtype, log)
-    layer = max(len(ours.decoder.layers) - 2, 0) if args.layer is None else args.layer
-    layer %= len(ours.decoder.layers)
-    cross = our_outputs[f"decoder.{layer}.cross"][1][0, :, :, : len(src_ids)].float()  # (H, T, S)
-    src_pieces, tgt_pieces = released.pieces(src_ids), released.pieces(predicted)
-    print_top_sources(cross, src_pieces, tgt_pieces, layer, log)
-    alignment = print_alignment(cross.mean(dim=0), src_pieces[:-1], tgt_pieces[: len(hyp)], layer, log)
+    s = sentence(released, ours, args, log)
+    pairs, pad, S = attention_pairs(ours, hf_model), hf_model.config.pad_token_id, len(s.src_pieces)
+    rows, our_outputs, marian = block_differences(pairs, ours, hf_model, s.src, s.tgt_in, pad)
+    tables.print_blocks(rows, args.dtype, log)
     masks = {
-        "self": padding_mask(src, pad),  # (1, 1, 1, S)
-        "causal": decoder_self_mask(tgt_in, pad),  # (1, 1, T, T)
-        "cross": padding_mask(src, pad),  # (1, 1, 1, S)
+        "encoder": padding_mask(s.src, pad),  # (1, 1, 1, S + pad)
+        "decoder": decoder_self_mask(s.tgt_in, pad),  # (1, 1, T, T)
+        "cross": padding_mask(s.src, pad),  # (1, 1, 1, S + pad)
     }
+    plain = plain_rows(pairs, marian, masks)
+    tables.print_plain(plain, args.dtype, log)
+    encoder = our_outputs[f"encoder.{encoder_layer}.self"][1][0, :, :S, :S].float()  # (H, S, S)
+    tables.print_encoder_heads(encoder, src_pieces, query, encoder_layer, n_encoder, log)
+    title = tables.layer_title("decoder", layer, n_decoder)
+    cross = our_outputs[f"decoder.{layer}.cross"][1][0, :, :, :S].float()  # (H, T, S)
+    labels = tables.row_labels(s.read, s.predicted)
+    tables.print_top_sources(cross, src_pieces, labels, title, log)
+    targets = s.predicted[: s.n_target]  # without EOS
+    alignment = tables.print_alignment(cross.mean(dim=0), src_pieces[:-1], targets, title, log)
+    future = future_weight(our_outputs, n_decoder)
+    last = our_outputs[f"decoder.{n_decoder - 1}.self"][1][0].float().mean(dim=0)  # (T, T)
+    last_title = tables.layer_title("decoder", n_decoder - 1, n_decoder)
+    tables.print_decoder_self(last, labels, future, last_title, log=log)
     mistakes = mistake_rows(pairs, marian, masks)
-    print_mistakes(mistakes, log)
-    return {"blocks": rows, "mistakes": mistakes, "alignment": alignment, "layer": layer}
+    tables.print_mistakes(mistakes, log)
+    return {"blocks": rows, "plain": plain, "mistakes": mistakes, "alignment": alignment, "layer": layer,
+            "encoder_layer": encoder_layer, "query": query, "future": future, "labels": labels}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -449,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         released = load_model(args)
         with torch.no_grad():
             walk_through(released, args)
-    except MarianError as error:
+    except (MarianError, WalkThroughError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

@@ -116,6 +116,7 @@ def parameters() -> Section:
             f"D = {d_model}: H = {', '.join(map(str, heads))} -> "
             f"{', '.join(f'{counts[(d_model, H)]:,}' for H in heads)}  (4 D² + 4 D = {formula:,})"
         )
+    s.say(f"as a list, H in (1, 8, 64): {[counts[(512, H)] for H in (1, 8, 64)]}")
     s.numbers.update(per_head=per_head, counts=counts)
     return s
 

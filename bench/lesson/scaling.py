@@ -68,6 +68,13 @@ def jacobian(probs: torch.Tensor) -> torch.Tensor:
     return torch.diag(probs) - torch.outer(probs, probs)
 
 
+def printed(p: float, largest_logit: float) -> str:
+    """A weight at the precision the lesson prints it: 3 decimals, 5 for a saturated row, 7 below 1e-5."""
+    if largest_logit < 10:
+        return f"{p:.3f}"
+    return f"{p:.5f}" if p >= 1e-5 else f"{p:.7f}"
+
+
 def row_weights(query: torch.Tensor, keys: torch.Tensor, scaled: bool) -> torch.Tensor:
     """One query (d,) against keys (n, d) through our Eq. 1 -> weights (n,). ``scaled=False`` undoes the
     1/√d_k (the query is multiplied by √d_k first): the scores the mistake would give."""
@@ -110,14 +117,17 @@ def saturation() -> Section:
         J = jacobian(probs)
         ok = torch.allclose(auto, J) and torch.allclose(J, J.T) and J.sum(-1).abs().max() < 1e-15
         sizes[tuple(logits)] = J.abs().max().item()
-        p_text = ", ".join(f"{p:.7f}".rstrip("0") for p in probs.tolist())
+        p_text = ", ".join(printed(p, max(logits)) for p in probs.tolist())
         s.say(
             f"logits {tuple(logits)}: p = ({p_text}), J = autograd, symmetric, J 1 = 0: {ok}, "
             f"max |J_ij| = {sizes[tuple(logits)]:.2e}"
         )
         s.numbers[tuple(logits)] = (probs.tolist(), sizes[tuple(logits)], ok)
     shrink = sizes[(2.0, 1.0, 0.0)] / sizes[(16.0, 8.0, 0.0)]
-    s.say(f"(16, 8, 0) is (2, 1, 0) times 8, what d_k = 64 gives without the scale: {shrink:.0f}x smaller")
+    s.say(
+        f"(16, 8, 0) is (2, 1, 0) times 8, what d_k = 64 gives without the scale: {shrink:.0f}x smaller"
+        " (about 660)"
+    )
     p1, p2 = torch.softmax(torch.tensor([3.0, 0.0], dtype=torch.float64), -1).tolist()
     s.say(f"logits (3, 0): J = p1 p2 [[1, -1], [-1, 1]] with p1 p2 = {p1 * p2:.3f}")
     s.numbers.update(shrink=shrink, p1p2=p1 * p2)
@@ -160,6 +170,12 @@ def many_keys() -> Section:
             f"d_k={d_k}: median top weight {top:.2f}, keys with weight < 1e-3: {small:.0%}  [{document[d_k]}]"
         )
         s.numbers[d_k] = (top, small)
+        spread = ((k[:, 0] - k[:, 1]) * q[:, 0]).sum(-1)  # (1000,): two keys' unscaled logits, difference
+        if d_k == 64:
+            s.say(
+                f"  unscaled, two keys' logits differ by std {spread.std().item():.1f} (√(2 d_k) = 11.3);"
+                f" e^11 = {math.exp(11):,.0f}"
+            )
     return s
 
 
