@@ -25,6 +25,7 @@ from transformer.evaluation import bleu_chrf
 from transformer.inspection import Inspection
 from transformer.lines import InputError, argument_lines, open_output, read_text, stream_lines, write_lines
 from transformer.runtime import DeviceError
+from transformer.sampling import Sampling
 from transformer.translate_options import parse_args
 from transformer.translator import Translator
 
@@ -122,9 +123,10 @@ def load_translator(args) -> Translator:
 
 
 def process(
-    translator: Translator, lines: list[str], first: int, where: str, args, targets=None
+    translator: Translator, lines: list[str], first: int, where: str, args, targets=None, prefixes=None
 ) -> list[Record]:
-    """The records of input lines first, first + 1, ...: translations, or scores of ``targets``."""
+    """The records of input lines first, first + 1, ...: translations (starting with ``prefixes``), or
+    scores of ``targets``."""
     sources = translator.encode(lines, where)
     if targets is not None:  # --score-reference
         scores = translator.score_ids(sources, targets)
@@ -133,7 +135,9 @@ def process(
             Record([f"{score:.6f}\t{n}\t{score / max(n, 1):.6f}"], "", src, tgt, True)
             for score, n, src, tgt in zip(scores, n_tokens, sources, targets)
         ]
-    found = translator.translate_ids(sources, nbest=args.nbest, with_scores=args.with_scores)
+    sampling = Sampling(args.top_k, args.top_p, args.temperature, args.seed) if args.sample else None
+    found = translator.translate_ids(sources, 1 if args.sample else None, args.nbest, args.with_scores,
+                                     prefixes, sampling)  # fmt: skip
     records = []
     for n, (src, hyps) in enumerate(zip(sources, found), start=first):
         texts = [translator.decode(h.ids) for h in hyps]
@@ -176,9 +180,18 @@ def translate(args) -> None:
             if flag == "--score-reference":
                 escaped = ref_name.replace("{", "{{").replace("}", "}}")
                 targets, references = translator.encode_targets(references, escaped + " line {n}"), None
+    prefixes = read_prefixes(args.prefix, translator, len(lines)) if args.prefix is not None else None
     outputs = Outputs(args, translator)
-    outputs.write(process(translator, lines, 1, where, args, targets), 1)
+    outputs.write(process(translator, lines, 1, where, args, targets, prefixes), 1)
     outputs.close(references)
+
+
+def read_prefixes(path: str, translator: Translator, n_lines: int) -> list[list[int]]:
+    """The target-side ids of each --prefix line ([] for an empty one), one line per input line."""
+    prefixes, name = read_text(path, "--prefix")
+    if len(prefixes) != n_lines:
+        raise InputError(f"--prefix {name} has {len(prefixes)} lines but the input has {n_lines}")
+    return translator.encode_targets(prefixes, name.replace("{", "{{").replace("}", "}}") + " line {n}")
 
 
 def main(argv=None) -> int:

@@ -14,8 +14,15 @@ The decoder starts from ``model.start_id``: BOS, or PAD for Marian-style models
 start token: they are never training targets, and a PAD fed back would be masked by the full-prefix
 decoder (``use_cache=False``) but not by the cache, so the two would disagree. EOS is never ruled out,
 even when it shares an id with them. Outputs exclude the start token and EOS.
+
+Prefix-constrained decoding: ``prefix`` (B, P) long holds, per sentence, target tokens every output must
+start with (-1 where a sentence's prefix has ended). While a sentence is inside its prefix, every other token
+is ruled out of its next-token distribution, after the log-softmax: the prefix's tokens are scored with
+their real probabilities, and the rest is searched as usual. A sentence may produce at least its prefix and
+EOS, whatever its source length.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -45,6 +52,27 @@ def max_lengths(model: Transformer, src: torch.Tensor, max_len_offset: int) -> t
     return (source_lengths + max_len_offset).clamp(min=1, max=model.config.max_positions)
 
 
+def _force_prefix(scores: torch.Tensor, prefix: torch.Tensor | None, step: int) -> torch.Tensor:
+    """Rows whose prefix has a token at ``step``: every other token ruled out. scores (N, V), in place."""
+    if prefix is None or step >= prefix.size(1):
+        return scores
+    wanted = prefix[:, step]  # (N,) -1 = free
+    forced = (wanted >= 0).nonzero().flatten()  # (N_forced,)
+    if forced.numel():
+        kept = scores[forced, wanted[forced]]  # (N_forced,)
+        scores[forced] = float("-inf")
+        scores[forced, wanted[forced]] = kept
+    return scores
+
+
+def _prefix_limits(limits: torch.Tensor, prefix: torch.Tensor | None, model: Transformer) -> torch.Tensor:
+    """At least room for the prefix and EOS. limits (B,) -> (B,)."""
+    if prefix is None:
+        return limits
+    needed = (prefix >= 0).sum(dim=1) + 1  # (B,)
+    return torch.maximum(limits, needed).clamp(max=model.config.max_positions)
+
+
 def _next_token_logits(logits: torch.Tensor, model: Transformer) -> torch.Tensor:
     """The last position's logits (N, T, V) -> (N, V), with PAD and the start token ruled out (not EOS)."""
     logits = logits[:, -1]  # (N, V)
@@ -54,15 +82,22 @@ def _next_token_logits(logits: torch.Tensor, model: Transformer) -> torch.Tensor
 
 @torch.no_grad()
 def greedy_decode(
-    model: Transformer, src: torch.Tensor, max_len_offset: int, use_cache: bool = True
+    model: Transformer,
+    src: torch.Tensor,
+    max_len_offset: int,
+    use_cache: bool = True,
+    prefix: torch.Tensor | None = None,
+    pick: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> list[list[int]]:
     """src (B, S) -> B token-id lists: the most probable token at every step.
 
     ``use_cache=False`` recomputes the whole prefix at every step (the slow reference decoder).
+    ``prefix`` (B, P): see the module docstring. ``pick``: next-token logits (N, V) -> tokens (N,) in place
+    of the argmax (``sampling.sample_tokens``: sampling is this same loop).
     """
     B, device = src.size(0), src.device
     memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
-    limits = max_lengths(model, src, max_len_offset)  # (B,)
+    limits = _prefix_limits(max_lengths(model, src, max_len_offset), prefix, model)  # (B,)
     L = int(limits.max())
     outputs: list[list[int]] = [[] for _ in range(B)]
     active = torch.arange(B, device=device)  # original row of each row still decoding
@@ -74,7 +109,8 @@ def greedy_decode(
         logits, _, _ = model.decode(inputs, memory, src_mask, cache)  # (B_active, 1 | 1+t, V)
         if step == 0 and cache is not None:
             _contiguous_memory_cache(cache)
-        next_tokens = _next_token_logits(logits, model).argmax(dim=-1)  # (B_active,)
+        logits = _force_prefix(_next_token_logits(logits, model), prefix, step)  # (B_active, V)
+        next_tokens = logits.argmax(dim=-1) if pick is None else pick(logits)  # (B_active,)
         tokens[:, step + 1] = next_tokens
         done = (next_tokens == eos_id) | (step + 1 >= limits)  # (B_active,)
         done_rows = done.nonzero().flatten()  # (B_done,)
@@ -87,6 +123,7 @@ def greedy_decode(
         keep = (~done).nonzero().flatten()  # (B_active',) drop finished sentences from every tensor
         active, tokens, limits = active[keep], tokens[keep], limits[keep]
         memory, src_mask = memory[keep], src_mask[keep]
+        prefix = None if prefix is None else prefix[keep]
         if cache is not None:
             _select_rows(cache, keep)
     return outputs
@@ -113,6 +150,7 @@ class _Beams:
     tokens: torch.Tensor  # (n·K, 1 + L) BOS + the tokens so far
     memory: torch.Tensor  # (n·K, S, D)
     src_mask: torch.Tensor  # (n·K, 1, 1, S)
+    prefix: torch.Tensor | None  # (n·K, P) the tokens each hypothesis must start with, -1 = free
 
     def keep(self, sentences: torch.Tensor) -> torch.Tensor:
         """Keep only these sentences (indices into the n); returns the kept rows (n'·K,)."""
@@ -124,13 +162,16 @@ class _Beams:
         self.scores, self.tokens, self.memory, self.src_mask = (
             t[rows] for t in (self.scores, self.tokens, self.memory, self.src_mask)
         )
+        self.prefix = None if self.prefix is None else self.prefix[rows]
         return rows
 
 
-def _start_beams(model: Transformer, src: torch.Tensor, K: int, max_len_offset: int) -> _Beams:
+def _start_beams(
+    model: Transformer, src: torch.Tensor, K: int, max_len_offset: int, prefix: torch.Tensor | None
+) -> _Beams:
     B, device = src.size(0), src.device
     memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
-    limits = max_lengths(model, src, max_len_offset)  # (B,)
+    limits = _prefix_limits(max_lengths(model, src, max_len_offset), prefix, model)  # (B,)
     dtype = torch.promote_types(model.output_proj.weight.dtype, torch.float32)  # of the scores
     scores = torch.full((B, K), float("-inf"), dtype=dtype, device=device)
     scores[:, 0] = 0.0  # all K beams start as the same BOS hypothesis: keep only one of them alive
@@ -143,6 +184,7 @@ def _start_beams(model: Transformer, src: torch.Tensor, K: int, max_len_offset: 
         tokens=torch.full((B * K, int(limits.max()) + 1), model.start_id, dtype=torch.long, device=device),
         memory=memory.repeat_interleave(K, dim=0),  # (B·K, S, D)
         src_mask=src_mask.repeat_interleave(K, dim=0),  # (B·K, 1, 1, S)
+        prefix=None if prefix is None else prefix.repeat_interleave(K, dim=0),  # (B·K, P)
     )
 
 
@@ -203,11 +245,12 @@ def beam_search(
     length_penalty: float,
     max_len_offset: int,
     finished: list[list[tuple[float, list[int], float]]] | None = None,
+    prefix: torch.Tensor | None = None,
 ) -> list[list[int]]:
     """src (B, S) -> B token-id lists: the best finished hypothesis by log P(Y|X) / lp(|Y|).
 
     ``finished``: B empty lists, to receive every finished hypothesis of each sentence as (log P / lp,
-    ids, log P) (see ``beam_search_nbest``).
+    ids, log P) (see ``beam_search_nbest``). ``prefix`` (B, P): see the module docstring.
 
     Each sentence keeps K live hypotheses. Every step takes the 2K best one-token extensions by log P
     (at most K of them end in EOS, so K others can live on): an extension ending in EOS that ranks among
@@ -221,7 +264,7 @@ def beam_search(
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     K, device, eos_id = beam_size, src.device, model.eos_id
-    beams = _start_beams(model, src, K, max_len_offset)
+    beams = _start_beams(model, src, K, max_len_offset, prefix)
     outputs: list[list[int]] = [[] for _ in range(src.size(0))]
     cache = model.new_cache()
     for step in range(beams.tokens.size(1) - 1):
@@ -232,6 +275,7 @@ def beam_search(
             _contiguous_memory_cache(cache)
         logits = _next_token_logits(logits, model)  # (n·K, V)
         log_probs = torch.log_softmax(logits.to(beams.scores.dtype), dim=-1)  # (n·K, V)
+        log_probs = _force_prefix(log_probs, beams.prefix, step)  # (n·K, V)
         V = log_probs.size(-1)
         candidates = (beams.scores[:, None] + log_probs).view(n, K * V)  # (n, K·V)
         top_scores, top = candidates.topk(2 * K, dim=-1)  # (n, 2K)
@@ -260,6 +304,7 @@ def beam_search_nbest(
     length_penalty: float,
     max_len_offset: int,
     nbest: int,
+    prefix: torch.Tensor | None = None,
 ) -> list[list[tuple[list[int], float]]]:
     """src (B, S) -> per sentence, its ``nbest`` best finished hypotheses as (ids, log P(Y|X)), best first.
 
@@ -271,6 +316,6 @@ def beam_search_nbest(
     if not 1 <= nbest <= beam_size:
         raise ValueError(f"nbest must be in [1, beam_size={beam_size}], got {nbest}")
     finished: list[list[tuple[float, list[int], float]]] = [[] for _ in range(src.size(0))]
-    beam_search(model, src, beam_size, length_penalty, max_len_offset, finished)
+    beam_search(model, src, beam_size, length_penalty, max_len_offset, finished, prefix)
     ranked = [sorted(hyps, key=lambda h: -h[0])[:nbest] for hyps in finished]  # stable: first found wins ties
     return [[(ids, log_p) for _, ids, log_p in hyps] for hyps in ranked]

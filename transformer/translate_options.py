@@ -81,10 +81,12 @@ def parse_args(argv):
         "checkpoint's eval.max_tokens)",
     )  # fmt: skip
     add_output_arguments(parser)
+    add_search_arguments(parser)
     args = parser.parse_args(argv)
     if args.sentences and args.input is not None:
         parser.error("give SENTENCEs or --input, not both")
     check_output_arguments(parser, args)
+    check_search_arguments(parser, args)
     if args.beam is not None and args.beam < 1:
         parser.error(f"--beam must be >= 1, got {args.beam}")
     if args.length_penalty is not None and args.length_penalty < 0:
@@ -140,3 +142,47 @@ def check_output_arguments(parser, args) -> None:
         parser.error("--stream reads stdin: no SENTENCEs or --input FILE")
     elif args.stream and (args.reference is not None or args.score_reference is not None):
         parser.error("--stream cannot be used with --reference or --score-reference (they need every line)")
+
+
+def add_search_arguments(parser) -> None:
+    parser.add_argument(
+        "--prefix", default=None, metavar="FILE",
+        help="target prefixes, one per input line (an empty line = none): each translation starts with its "
+        "prefix and the rest is searched (greedy or beam); scores count the whole translation",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sample", action="store_true",
+        help="draw each token from the model's distribution instead of searching (beam 1), e.g. for "
+        "back-translation; see --top-k, --top-p, --temperature, --seed",
+    )  # fmt: skip
+    parser.add_argument(
+        "--top-k", type=int, default=0, metavar="K",
+        help="sample among the K most probable tokens only (default 0: no limit)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--top-p", type=float, default=1.0, metavar="P",
+        help="sample from the nucleus: the fewest most probable tokens of probability >= P (default 1: all)",
+    )  # fmt: skip
+    parser.add_argument("--temperature", type=float, default=1.0, metavar="T",
+                        help="divide the logits by T before sampling (default 1; 0 = greedy)")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="the sampling seed (default 0)")
+
+
+def check_search_arguments(parser, args) -> None:
+    """Usage errors of --prefix and sampling, before anything is loaded."""
+    if args.prefix is not None and (args.stream or args.score_reference is not None):
+        parser.error("--prefix needs every input line at once and a search: not with --stream or "
+                     "--score-reference")  # fmt: skip
+    defaults = (("--top-k", args.top_k, 0), ("--top-p", args.top_p, 1.0),
+                ("--temperature", args.temperature, 1.0), ("--seed", args.seed, 0))  # fmt: skip
+    given = [flag for flag, value, default in defaults if value != default]
+    if given and not args.sample:
+        parser.error(f"{', '.join(given)} only apply with --sample")
+    if args.sample:
+        for flag, value in (("--beam", args.beam), ("--nbest", args.nbest)):
+            if value is not None and value > 1:
+                parser.error(f"--sample draws one translation token by token: no {flag} {value}")
+        if args.score_reference is not None:
+            parser.error("--score-reference scores given translations: no search, so no --sample")
+        if args.top_k < 0 or not 0.0 < args.top_p <= 1.0 or args.temperature < 0.0:
+            parser.error("--top-k must be >= 0, --top-p in (0, 1], --temperature >= 0")

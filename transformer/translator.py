@@ -4,6 +4,8 @@
     t = Translator.from_checkpoint("runs/multi30k_de_en/best.pt", device="cpu")
     t.translate(["Ein Hund läuft."], beam=4)                    # ["A dog is running."]
     t.translate(sentences, beam=4, nbest=3, with_scores=True)   # per input: [(text, log-prob), ...]
+    t.translate(sentences, prefix=["Ein", ""])                   # outputs that start with a given prefix
+    t.translate(sentences, sampling=Sampling(top_p=0.9, seed=1))  # sampled (back-translation)
     t.score(sources, references)                                # per pair: log P(reference | source)
     t.attention("Ein Hund läuft.")                              # weights per layer and head + labels
     t.alignments("Ein Hund läuft.", "A dog is running.")        # [(source word, target word), ...]
@@ -43,6 +45,7 @@ from transformer.evaluation import bleu_chrf
 from transformer.interop.released import is_released
 from transformer.model import Attention, Transformer
 from transformer.runtime import autocast, autocast_dtype, resolve_device
+from transformer.sampling import Sampling, sample_tokens
 from transformer.tokenizer import Tokenizer
 
 
@@ -96,6 +99,15 @@ def encode_lines(
             ids = ids[:limit]
         encoded[i] = ids or None  # e.g. only control characters: nothing to translate
     return encoded
+
+
+def prefix_tensor(prefixes: list[list[int]] | None, rows: list[int], device) -> torch.Tensor | None:
+    """The prefixes of a batch's sentences -> (B, P) long, -1 after each prefix; None if all are empty."""
+    if prefixes is None or not any(prefixes[i] for i in rows):
+        return None
+    P = max(len(prefixes[i]) for i in rows)
+    table = [prefixes[i] + [-1] * (P - len(prefixes[i])) for i in rows]
+    return torch.tensor(table, dtype=torch.long, device=device)  # (B, P)
 
 
 def summed_log_probs(log_probs: torch.Tensor, tokens: list[list[int]]) -> list[float]:
@@ -183,24 +195,29 @@ class Translator:
 
     def translate_ids(
         self, sources: list[list[int] | None], beam: int | None = None, nbest: int | None = None,
-        with_scores: bool = False,
+        with_scores: bool = False, prefixes: list[list[int]] | None = None, sampling: Sampling | None = None,
     ) -> list[list[Hypothesis]]:  # fmt: skip
         """Per source, its ``nbest`` (default 1) best translations, best first; a blank source (None) gets
         one empty hypothesis. Scores (``log_prob``) only with ``nbest`` or ``with_scores``, else NaN.
 
         Greedy decoding for beam 1 (its scores teacher-forced), beam search otherwise (its scores its own);
-        the first hypothesis is always the one ``translate`` gives without scores."""
+        the first hypothesis is always the one ``translate`` gives without scores. ``prefixes``: per source,
+        target ids its translations start with ([]: none). ``sampling``: draw each token (beam 1 only)."""
         settings = self._settings(beam)
         if nbest is not None and not 1 <= nbest <= settings.beam_size:
             raise ValueError(f"nbest must be in [1, beam={settings.beam_size}], got {nbest}")
+        if prefixes is not None and len(prefixes) != len(sources):
+            raise ValueError(f"{len(sources)} sources but {len(prefixes)} prefixes")
         todo = [i for i, src in enumerate(sources) if src is not None]
         results = [[Hypothesis([], 0.0, True, 0.0)] for _ in sources]
         src_ids = [sources[i] for i in todo]
+        todo_prefixes = None if prefixes is None else [prefixes[i] for i in todo]
         if settings.beam_size > 1 and (nbest is not None or with_scores):
-            found = [[Hypothesis(ids, p, self.ended(src, ids)) for ids, p in hyps] for src, hyps in
-                     zip(src_ids, self.search_nbest(src_ids, settings, nbest or 1))]  # fmt: skip
+            searched = self.search_nbest(src_ids, settings, nbest or 1, todo_prefixes)
+            found = [[Hypothesis(ids, p, self.ended(src, ids)) for ids, p in hyps]
+                     for src, hyps in zip(src_ids, searched)]  # fmt: skip
         else:
-            hyp_ids = self.search(src_ids, settings)
+            hyp_ids = self.search(src_ids, settings, prefixes=todo_prefixes, sampling=sampling)
             ended = [self.ended(src, ids) for src, ids in zip(src_ids, hyp_ids)]
             scores = (
                 self.score_ids(src_ids, hyp_ids, ended)
@@ -254,36 +271,48 @@ class Translator:
     @torch.no_grad()
     def search(
         self, src_ids: list[list[int]], settings: EvalConfig | None = None, progress: str | None = None,
-        use_cache: bool = True,
+        use_cache: bool = True, prefixes: list[list[int]] | None = None, sampling: Sampling | None = None,
     ) -> list[list[int]]:  # fmt: skip
         """THE decoding driver: every source (ids without EOS) -> its best translation's ids, in input
         order; greedy for beam 1, else beam search. ``progress``: a label for a progress bar;
-        ``use_cache=False``: greedy recomputes the whole prefix every step (the slow reference)."""
+        ``use_cache=False``: greedy recomputes the whole prefix every step (the slow reference);
+        ``prefixes``: per source, the target ids to start with; ``sampling``: draw tokens (beam 1 only)."""
         s = settings or self.settings
+        if sampling is not None and s.beam_size > 1:
+            raise ValueError(f"sampling draws one token at a time: it needs beam 1, not {s.beam_size}")
+        generator = None if sampling is None else sampling.generator(self.device)
+        pick = None if sampling is None else (lambda logits: sample_tokens(logits, sampling, generator))
 
-        def decode(src: torch.Tensor) -> list[list[int]]:
+        def decode(src: torch.Tensor, rows: list[int]) -> list[list[int]]:
+            prefix = prefix_tensor(prefixes, rows, self.device)
             if s.beam_size > 1:
-                return beam_search(self.model, src, s.beam_size, s.length_penalty, s.max_len_offset)
-            return greedy_decode(self.model, src, s.max_len_offset, use_cache)
+                return beam_search(
+                    self.model, src, s.beam_size, s.length_penalty, s.max_len_offset, prefix=prefix
+                )
+            return greedy_decode(self.model, src, s.max_len_offset, use_cache, prefix, pick)
 
         return self._in_batches(src_ids, s, decode, progress)
 
     @torch.no_grad()
     def search_nbest(
-        self, src_ids: list[list[int]], settings: EvalConfig, nbest: int
-    ) -> list[list[tuple[list[int], float]]]:
+        self, src_ids: list[list[int]], settings: EvalConfig, nbest: int,
+        prefixes: list[list[int]] | None = None,
+    ) -> list[list[tuple[list[int], float]]]:  # fmt: skip
         """Beam search (``settings.beam_size``, even 1): per source its ``nbest`` best hypotheses as (ids,
         log-prob), best first (see ``decoding.beam_search_nbest``)."""
         s = settings
 
-        def decode(src: torch.Tensor) -> list[list[tuple[list[int], float]]]:
-            return beam_search_nbest(self.model, src, s.beam_size, s.length_penalty, s.max_len_offset, nbest)
+        def decode(src: torch.Tensor, rows: list[int]) -> list[list[tuple[list[int], float]]]:
+            prefix = prefix_tensor(prefixes, rows, self.device)
+            return beam_search_nbest(
+                self.model, src, s.beam_size, s.length_penalty, s.max_len_offset, nbest, prefix
+            )
 
         return self._in_batches(src_ids, s, decode)
 
     def _in_batches(self, src_ids, settings: EvalConfig, decode, progress: str | None = None) -> list:
-        """``decode`` (src (B, S) -> B results) over length-sorted batches of ``settings.max_tokens``;
-        results in input order."""
+        """``decode`` (src (B, S), the batch's input rows -> B results) over length-sorted batches of
+        ``settings.max_tokens``; results in input order."""
         self.model.eval()
         lengths = [len(s) for s in src_ids]  # the source length as a guess of the output's, for batching
         batches = make_batches(lengths, lengths, settings.max_tokens, shuffle=False)
@@ -292,9 +321,10 @@ class Translator:
         bar = tqdm(total=len(src_ids), desc=progress, unit="sent", leave=False, disable=progress is None)
         for batch in iter_batches(list(src_ids), empty, batches, *self.model.pad_start_eos):
             bar.update(len(batch.indices))
+            rows = batch.indices.tolist()
             with self.autocast():
-                outputs += decode(batch.src.to(self.device))
-            order += batch.indices.tolist()
+                outputs += decode(batch.src.to(self.device), rows)
+            order += rows
         bar.close()
         return restore_order(outputs, order, len(src_ids))
 
@@ -342,13 +372,19 @@ class Translator:
         beam: int | None = None,
         nbest: int | None = None,
         with_scores: bool = False,
+        prefix: list[str] | None = None,
+        sampling: Sampling | None = None,
     ) -> list:
         """Translations of ``sentences`` (a list of str), in order: per sentence its text; with
         ``with_scores`` (text, log-prob); with ``nbest`` a list of the ``nbest`` best (texts, or (text,
-        log-prob) pairs), best first. ``beam``: beam size (default: the settings'; 1 = greedy)."""
+        log-prob) pairs), best first. ``beam``: beam size (default: the settings'; 1 = greedy).
+        ``prefix``: per sentence, target text its translation starts with ("" = none); the rest is
+        searched, and scores count the whole translation. ``sampling``: draw tokens instead (beam 1)."""
         if isinstance(sentences, str):
             raise TypeError("translate() takes a list of sentences, not one str")
-        results = self.translate_ids(self.encode(list(sentences)), beam, nbest, with_scores)
+        prefixes = None if prefix is None else self.encode_targets(list(prefix), "prefix {n}")
+        sources = self.encode(list(sentences))
+        results = self.translate_ids(sources, beam, nbest, with_scores, prefixes, sampling)
         view = [[(self.decode(h.ids), h.log_prob) if with_scores else self.decode(h.ids) for h in hyps]
                 for hyps in results]  # fmt: skip
         return view if nbest is not None else [hyps[0] for hyps in view]
