@@ -235,6 +235,7 @@ def final_test(run: Run, stop_reason: str) -> dict:
     results = reporting.run_results(
         scores, config, run.state, stop_reason, rt.world_size, tested=tested.name,
         test_decode_seconds=seconds, parameters=params, device=str(rt.device),
+        data_cleaning=run.splits.cleaning,
     )  # fmt: skip
     write_results(run.run_dir, results, hyps)
     print(reporting.test_line(results), flush=True)

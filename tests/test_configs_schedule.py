@@ -8,7 +8,7 @@ import pytest
 from conftest import DATA_DIR, needs_data
 
 from transformer.config import Config, load_config
-from transformer.data import encode_split, filter_by_length, make_batches
+from transformer.data import clean_pairs, encode_split, make_batches
 from transformer.multi30k import load_multi30k
 from transformer.tokenizer import train_tokenizer
 
@@ -28,7 +28,7 @@ def steps_per_epoch(config: Config) -> float:
         )
     src, tgt = encode_split(train, tokenizer)
     src_lengths, tgt_lengths = [len(s) for s in src], [len(t) for t in tgt]
-    keep = filter_by_length(src_lengths, tgt_lengths, data.max_len)
+    keep, _ = clean_pairs(src_lengths, tgt_lengths, None, data)
     batches = make_batches(src_lengths, tgt_lengths, data.max_tokens, True, config.train.seed, indices=keep)
     return len(batches) / config.train.accum_steps
 

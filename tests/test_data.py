@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from transformer.config import DataConfig
 from transformer.corpus import (
     Corpus,
     DataError,
@@ -19,9 +20,9 @@ from transformer.corpus import (
 )
 from transformer.data import (
     Batch,
+    clean_pairs,
     collate,
     encode_split,
-    filter_by_length,
     iter_batches,
     make_batches,
     restore_order,
@@ -238,9 +239,11 @@ def test_encode_split_matches_encode(de_en, tokenizer):
         assert tgt_ids[i] == tokenizer.encode(split.tgt[i])
 
 
-def test_filter_by_length():
-    # rows are length + 1 (EOS / BOS): with max_len 5, lengths up to 4 fit
-    assert filter_by_length([4, 5, 1, 4], [4, 1, 5, 0], max_len=5) == [0, 3]
+def test_clean_pairs_max_len():
+    # rows are length + 1 (EOS / BOS): with max_len 5, lengths up to 4 fit; an empty side is dropped first
+    kept, counts = clean_pairs([4, 5, 1, 4], [4, 1, 5, 0], None, DataConfig(max_len=5))
+    assert kept == [0] and counts == {"pairs": 4, "empty": 1, "too_long": 2, "ratio": 0, "duplicate": 0,
+                                      "kept": 1}  # fmt: skip
 
 
 # -------- collate --------------------------------------------------------------------------------
@@ -323,7 +326,7 @@ def test_training_batches_deterministic_per_epoch(lengths):
 
 
 def test_batches_respect_indices(lengths):
-    kept = filter_by_length(*lengths, max_len=40)
+    kept, _ = clean_pairs(*lengths, None, DataConfig(max_len=40))
     batches = make_batches(*lengths, max_tokens=1000, shuffle=True, indices=kept)
     assert sorted(i for batch in batches for i in batch) == kept
 

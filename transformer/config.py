@@ -72,8 +72,15 @@ class DataConfig:
     text_prefix: str | None = None  # dataset == "text": files <prefix>.<split>.<lang>
     vocab_size: int = 8000  # joint SentencePiece vocabulary
     tokenizer_type: str = "bpe"  # "bpe" or "unigram"
+    tokenizer: str | None = None  # a SentencePiece .model to use instead of training one (ids 0-3 as ours)
+    tokenizer_sample: int = 2_000_000  # sentences (sampled at random) SentencePiece learns from
+    character_coverage: float = 1.0  # SentencePiece: share of characters covered (e.g. 0.9995 for CJK)
+    cache_dir: str | None = None  # tokenizers and token stores; None: data/cache in the checkout
+    workers: int = -1  # tokenizing processes; -1: one per CPU core for a corpus over 32 MB, else none
     max_tokens: int = 4000  # padded source + target tokens per batch
-    max_len: int = 128  # training filter: drop pairs with a side longer than this (in tokens)
+    max_len: int = 128  # cleaning: drop training pairs with a side longer than this (in tokens)
+    max_ratio: float = 0.0  # cleaning: drop pairs whose longer side has more than this x the tokens; 0 = off
+    dedup: bool = False  # cleaning: drop exact duplicate pairs (the first one stays)
     train_limit: int = 0  # > 0: keep only the first N training pairs (smoke tests)
     eval_limit: int = 0  # > 0: keep only the first N validation / test pairs (smoke tests)
 
@@ -82,9 +89,13 @@ class DataConfig:
             raise ConfigError(f"data.dataset={self.dataset!r}: expected multi30k, text or hub")
         if self.tokenizer_type not in ("bpe", "unigram"):
             raise ConfigError(f"data.tokenizer_type={self.tokenizer_type!r}: expected bpe or unigram")
-        for name in ("vocab_size", "max_tokens", "max_len"):
+        for name in ("vocab_size", "max_tokens", "max_len", "tokenizer_sample"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"data.{name}={getattr(self, name)} must be >= 1")
+        if not 0.0 < self.character_coverage <= 1.0:
+            raise ConfigError(f"data.character_coverage={self.character_coverage} must be in (0, 1]")
+        if self.max_ratio < 0.0 or 0.0 < self.max_ratio < 1.0:
+            raise ConfigError(f"data.max_ratio={self.max_ratio} must be 0 (off) or >= 1")
 
 
 @dataclass(frozen=True)

@@ -2,19 +2,25 @@
 Hugging Face hub dataset. Text in, text out: tokenizing and batching are ``data.py``'s job.
 
 A corpus is a plain ``dict`` from split name to ``ParallelText`` (two equally long lists of lines), whatever
-its source. Split names are ``SPLITS``; a file's other names for them (``val``, ``valid``, ``dev``) are
+its source; a training split read from files is a ``ParallelFiles`` instead, streamed a chunk at a time (a
+corpus of millions of pairs is never held as text: the token store, ``token_store.py``, holds its ids).
+Split names are ``SPLITS``; a file's other names for them (``val``, ``valid``, ``dev``) are
 mapped once, in ``split_name``. The ``datasets`` package is needed only for ``data.dataset: hub``.
 
 Every error is a ``DataError`` that names the file and, where it applies, the line.
 """
 
 import gzip
+import hashlib
+import itertools
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from transformer.config import DataConfig
+from transformer.token_store import file_digest
 
 SPLITS = ("train", "validation", "test")
 SPLIT_ALIASES = {"valid": "validation", "dev": "validation", "val": "validation"}
@@ -43,8 +49,76 @@ class ParallelText:
         """The first ``n`` pairs (all of them for n <= 0)."""
         return ParallelText(self.src[:n], self.tgt[:n]) if n > 0 else self
 
+    def chunks(self, size: int) -> Iterator[tuple[list[str], list[str]]]:
+        """(source lines, target lines) of ``size`` pairs at a time."""
+        for start in range(0, len(self.src), size):
+            yield self.src[start : start + size], self.tgt[start : start + size]
 
-Corpus = dict[str, ParallelText]
+    def sentences(self) -> Iterator[str]:
+        """Every source line, then every target line (what a joint tokenizer learns from)."""
+        return itertools.chain(self.src, self.tgt)
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the pairs' text: equal text, equal fingerprint."""
+        sha = hashlib.sha256()
+        for src, tgt in zip(self.src, self.tgt):
+            sha.update(f"{src}\n{tgt}\n".encode())
+        return sha.hexdigest()
+
+
+@dataclass
+class ParallelFiles:
+    """A split in two line-aligned files (plain or `.gz`), read only when asked: ``chunks`` and ``sentences``
+    stream it; ``src`` / ``tgt`` read it whole (for small splits and tools)."""
+
+    src_path: Path
+    tgt_path: Path
+
+    def chunks(self, size: int) -> Iterator[tuple[list[str], list[str]]]:
+        """(source lines, target lines) of ``size`` pairs at a time; files of different lengths are a
+        ``DataError`` naming both, raised when the shorter one ends."""
+        src_lines, tgt_lines = iter_lines(self.src_path), iter_lines(self.tgt_path)
+        n = 0
+        while True:
+            src = list(itertools.islice(src_lines, size))
+            tgt = list(itertools.islice(tgt_lines, size))
+            n += min(len(src), len(tgt))
+            if len(src) != len(tgt):
+                longer, shorter = (self.src_path, self.tgt_path)[:: 1 if len(src) > len(tgt) else -1]
+                raise DataError(f"parallel files differ in length: {shorter} ends after line {n}, {longer} "
+                                "goes on")  # fmt: skip
+            if not src:
+                return
+            yield src, tgt
+
+    def sentences(self) -> Iterator[str]:
+        return itertools.chain(iter_lines(self.src_path), iter_lines(self.tgt_path))
+
+    def fingerprint(self) -> str:
+        """SHA-256 over the two files' own SHA-256 (their bytes, wherever they are)."""
+        digests = f"{file_digest(self.src_path)} {file_digest(self.tgt_path)}"
+        return hashlib.sha256(digests.encode()).hexdigest()
+
+    @cached_property
+    def whole(self) -> ParallelText:
+        return read_parallel(self.src_path, self.tgt_path)
+
+    @property
+    def src(self) -> list[str]:
+        return self.whole.src
+
+    @property
+    def tgt(self) -> list[str]:
+        return self.whole.tgt
+
+    def __len__(self) -> int:
+        return len(self.whole)
+
+    def head(self, n: int) -> ParallelText:
+        return self.whole.head(n)
+
+
+Corpus = dict[str, ParallelText | ParallelFiles]
 
 
 def split_name(name: str) -> str:
@@ -96,6 +170,27 @@ def read_lines(path: str | Path) -> list[str]:
     return split_lines(data, str(path))
 
 
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file (plain or `.gz`) one at a time, with ``split_lines``'s rules."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    opener = gzip.open if path.suffix == ".gz" else open
+    n = 0
+    try:
+        with opener(path, "rb") as f:
+            for n, raw in enumerate(f, start=1):  # binary lines end at b"\n" only
+                line = raw.removesuffix(b"\n").removesuffix(b"\r")
+                try:
+                    yield line.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise DataError(f"{path}: line {n} is not valid UTF-8 ({error.reason})") from error
+    except (OSError, EOFError, zlib.error) as error:
+        raise DataError(f"{path}: corrupted gzip file ({error})") from error
+    if n == 0:
+        raise DataError(f"{path}: file is empty")
+
+
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> ParallelText:
     """Source and target lines of a parallel corpus; line i of each is a translation pair."""
     src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
@@ -119,8 +214,18 @@ def check_languages(src_lang: str, tgt_lang: str, valid: Sequence[str]) -> None:
 
 
 def load_parallel_text(files: dict[str, tuple[str | Path, str | Path]]) -> Corpus:
-    """Local parallel text files: ``{split: (src_path, tgt_path)}``, plain or `.gz`."""
-    return {split_name(split): read_parallel(src, tgt) for split, (src, tgt) in files.items()}
+    """Local parallel text files: ``{split: (src_path, tgt_path)}``, plain or `.gz`. The training split is
+    streamed (``ParallelFiles``, its files checked to exist now), the others read whole."""
+    corpus = {}
+    for split, (src, tgt) in files.items():
+        if split_name(split) == "train":
+            for path in (src, tgt):
+                if not Path(path).is_file():
+                    raise DataError(f"{path}: file not found")
+            corpus["train"] = ParallelFiles(Path(src), Path(tgt))
+        else:
+            corpus[split_name(split)] = read_parallel(src, tgt)
+    return corpus
 
 
 def load_hub_dataset(name: str, config: str | None, src_lang: str, tgt_lang: str, **kwargs) -> Corpus:

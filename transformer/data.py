@@ -1,6 +1,7 @@
 """Token ids and batches: a corpus's text -> token ids -> token-bucket batches of padded tensors (§5.1).
 
-Where the text comes from is ``corpus.py``'s job; this file starts from its ``ParallelText`` splits.
+Where the text comes from is ``corpus.py``'s job; the training split's ids come from its token store
+(``token_store.py``, ``data_cache.py``), cleaned here; validation and test are encoded here from their text.
 
 §5.1: "Sentence pairs were batched together by approximate sequence length. Each training batch
 contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target
@@ -25,10 +26,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+import numpy as np
 import torch
 
-from transformer.config import Config, source_token_limit
+from transformer.config import Config, DataConfig, source_token_limit
 from transformer.corpus import Corpus, ParallelText
+from transformer.token_store import TokenStore
 from transformer.tokenizer import Tokenizer
 
 Item = TypeVar("Item")  # not `T`, which is the target length here
@@ -42,40 +45,73 @@ def encode_split(split: ParallelText, tokenizer: Tokenizer) -> tuple[list[list[i
     return tokenizer.encode_batch(split.src), tokenizer.encode_batch(split.tgt)
 
 
-def filter_by_length(
-    src_lengths: Sequence[int],
-    tgt_lengths: Sequence[int],
-    max_len: int,
-) -> list[int]:
-    """Indices of the pairs whose `src` and `tgt_in` / `tgt_out` rows (length + 1) fit in max_len.
+CLEANING_RULES = ("empty", "too_long", "ratio", "duplicate")
 
-    For training data only: validation and test sets are never filtered.
-    """
-    pairs = zip(src_lengths, tgt_lengths, strict=True)
-    return [i for i, (s, t) in enumerate(pairs) if s + 1 <= max_len and t + 1 <= max_len]
+
+def clean_pairs(
+    src_lengths: np.ndarray, tgt_lengths: np.ndarray, hashes: np.ndarray | None, data: DataConfig
+) -> tuple[list[int], dict[str, int]]:
+    """Training pairs kept by the cleaning rules, in order, and how many each rule dropped (rules apply in
+    ``CLEANING_RULES`` order, a pair counted by the first that drops it):
+
+      empty      a side with no token
+      too_long   a ``src`` or ``tgt_in`` / ``tgt_out`` row (length + 1) over ``data.max_len``
+      ratio      the longer side over ``data.max_ratio`` times the shorter (``max_ratio`` > 0)
+      duplicate  the same pair seen before (``data.dedup``; ``hashes``: one 64-bit hash per pair)
+
+    Lengths are token counts without BOS / EOS. Validation and test sets are never cleaned."""
+    s, t = np.asarray(src_lengths, dtype=np.int64), np.asarray(tgt_lengths, dtype=np.int64)
+    drops = {"empty": (s == 0) | (t == 0), "too_long": (s + 1 > data.max_len) | (t + 1 > data.max_len)}
+    drops["ratio"] = np.maximum(s, t) > data.max_ratio * np.minimum(s, t) if data.max_ratio > 0 else None
+    alive = np.ones(len(s), dtype=bool)
+    counts = {"pairs": len(s)}
+    for rule in CLEANING_RULES[:-1]:
+        dropped = alive & drops[rule] if drops[rule] is not None else np.zeros_like(alive)
+        counts[rule], alive = int(dropped.sum()), alive & ~dropped
+    if data.dedup and hashes is not None:
+        survivors = np.flatnonzero(alive)
+        _, first = np.unique(np.asarray(hashes)[survivors], return_index=True)
+        unique = np.zeros_like(alive)
+        unique[survivors[first]] = True
+        counts["duplicate"], alive = int((alive & ~unique).sum()), unique
+    else:
+        counts["duplicate"] = 0
+    counts["kept"] = int(alive.sum())
+    return np.flatnonzero(alive).tolist(), counts
+
+
+def cleaning_line(counts: dict[str, int], data: DataConfig) -> str:
+    rules = {
+        "empty": "empty",
+        "too_long": f"longer than data.max_len={data.max_len}",
+        "ratio": f"length ratio over data.max_ratio={data.max_ratio:g}",
+        "duplicate": "duplicates",
+    }
+    dropped = ", ".join(f"{counts[rule]} {text}" for rule, text in rules.items())
+    return f"data: {counts['pairs']} training pairs, dropped {dropped}; kept {counts['kept']}"
 
 
 @dataclass
 class Splits:
     """Token ids of each split: train filtered by length; validation / test complete and in order."""
 
-    train: tuple[list[list[int]], list[list[int]]]
-    train_indices: list[int]  # the training pairs that fit data.max_len
+    train: tuple[Sequence[list[int]], Sequence[list[int]]]  # the token store's two sides (or lists)
+    train_indices: list[int]  # the training pairs the cleaning rules keep
+    cleaning: dict[str, int]  # how many pairs each cleaning rule dropped (``clean_pairs``)
     valid: tuple[list[list[int]], list[list[int]]]
     valid_refs: list[str]
     test: tuple[list[list[int]], list[list[int]]]
     test_refs: list[str]
 
 
-def encode_corpus(corpus: Corpus, tokenizer: Tokenizer, config: Config) -> Splits:
-    """Token ids of every split (``data.train_limit`` / ``data.eval_limit`` slice them for smoke runs).
-
-    Training pairs longer than ``data.max_len`` are left out; validation and test pairs are all kept, their
-    sources cut to what the model can translate (``source_token_limit``) and their targets to what it can
-    be scored on (``model.max_positions`` - 1), with a warning that counts them."""
+def encode_corpus(corpus: Corpus, tokenizer: Tokenizer, config: Config, store: TokenStore) -> Splits:
+    """The training split from its token store (the first ``data.train_limit`` pairs for smoke runs),
+    cleaned (``clean_pairs``); validation and test encoded here, every pair kept (``data.eval_limit`` slices
+    them), their sources cut to what the model can translate (``source_token_limit``) and their targets to
+    what it can be scored on (``model.max_positions`` - 1), with a warning that counts them."""
     data = config.data
-    train = encode_split(corpus["train"].head(data.train_limit), tokenizer)
-    keep = filter_by_length([len(s) for s in train[0]], [len(t) for t in train[1]], data.max_len)
+    n = min(len(store), data.train_limit) if data.train_limit > 0 else len(store)
+    keep, counts = clean_pairs(store.src.lengths[:n], store.tgt.lengths[:n], store.hashes[:n], data)
     evaluation = []
     for name in ("validation", "test"):
         split = corpus[name].head(data.eval_limit)
@@ -83,7 +119,7 @@ def encode_corpus(corpus: Corpus, tokenizer: Tokenizer, config: Config) -> Split
         src_ids = _truncate(src_ids, source_token_limit(config.model, config.eval), f"{name} sources")
         tgt_ids = _truncate(tgt_ids, config.model.max_positions - 1, f"{name} targets (for the loss)")
         evaluation += [(src_ids, tgt_ids), split.tgt]
-    return Splits(train, keep, *evaluation)
+    return Splits((store.src, store.tgt), keep, counts, *evaluation)
 
 
 def _truncate(ids: list[list[int]], limit: int, what: str) -> list[list[int]]:
@@ -160,7 +196,7 @@ def make_batches(
     """Group sentence pairs of similar length into batches of at most `max_tokens` padded tokens.
 
     `src_lengths` / `tgt_lengths` are token counts without BOS / EOS; `indices` (default: all)
-    selects the pairs to batch, e.g. the output of `filter_by_length`. Returns this rank's batches,
+    selects the pairs to batch, e.g. the output of `clean_pairs`. Returns this rank's batches,
     each a list of indices. A batch costs B * (S + T) tokens including padding and the added
     EOS / BOS, as `collate` will build it; only a single pair longer than the budget exceeds it,
     as a batch of one.

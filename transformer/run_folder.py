@@ -11,9 +11,10 @@ import yaml
 from transformer.average import step_checkpoints
 from transformer.checkpoint import save_checkpoint
 from transformer.config import Config
-from transformer.corpus import ParallelText
+from transformer.corpus import ParallelFiles, ParallelText
+from transformer.data_cache import cached_tokenizer
 from transformer.runtime import Runtime
-from transformer.tokenizer import Tokenizer, train_tokenizer
+from transformer.tokenizer import Tokenizer
 
 
 class RunFolderError(RuntimeError):
@@ -68,12 +69,19 @@ def keep_step_checkpoint(run_dir: Path, checkpoint: dict, step: int, keep_last: 
         old.unlink()
 
 
-def run_tokenizer(run_dir: Path, train: ParallelText, config: Config, runtime: Runtime) -> Tokenizer:
-    """The run's joint SentencePiece model (§5.1: a shared vocabulary), learnt by rank 0 from both sides
-    of the training split on the first start, read back on resume and by every rank."""
-    path, data = run_dir / "tokenizer.model", config.data
+def run_tokenizer(
+    run_dir: Path, train: ParallelText | ParallelFiles, fingerprint: str, config: Config, runtime: Runtime
+) -> Tokenizer:
+    """The run's joint SentencePiece model (§5.1: a shared vocabulary): ``data.tokenizer``, or the one the
+    cache holds for these training files and settings (learnt there from both sides of the training split
+    the first time; ``data_cache.py``), copied into the run folder by rank 0 on the first start; read back
+    on resume and by every rank."""
+    path = run_dir / "tokenizer.model"
     if runtime.is_main and not path.exists():
-        train_tokenizer(train.src + train.tgt, run_dir / "tokenizer", data.vocab_size, data.tokenizer_type)
+        model = cached_tokenizer(train, fingerprint, config.data)
+        shutil.copyfile(model, path)
+        if model.with_suffix(".vocab").is_file():  # the pieces and their scores, for people to read
+            shutil.copyfile(model.with_suffix(".vocab"), path.with_suffix(".vocab"))
     runtime.wait_for_main()  # learning it may take longer than NCCL's timeout
     return Tokenizer(path)
 

@@ -22,7 +22,8 @@ from transformer.checkpoint import (
 )
 from transformer.config import Config
 from transformer.corpus import DataError, load_corpus
-from transformer.data import Splits, encode_corpus, iter_batches, make_batches
+from transformer.data import Splits, cleaning_line, encode_corpus, iter_batches, make_batches
+from transformer.data_cache import train_store
 from transformer.ema import EMA
 from transformer.evaluation import evaluate_loss
 from transformer.model import Transformer, build_model
@@ -83,8 +84,10 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     corpus = load_corpus(config.data)  # before the run folder: bad data leaves nothing behind
     prepare_run_dir(config, run_dir, runtime, resume, overwrite)
     torch.manual_seed(config.train.seed)
-    tokenizer = run_tokenizer(run_dir, corpus["train"], config, runtime)
-    splits = encode_corpus(corpus, tokenizer, config)
+    fingerprint = corpus["train"].fingerprint()  # the training files' SHA-256: the cache's key
+    tokenizer = run_tokenizer(run_dir, corpus["train"], fingerprint, config, runtime)
+    store = train_store(corpus["train"], fingerprint, tokenizer, config.data, runtime)
+    splits = encode_corpus(corpus, tokenizer, config, store)
     model = build_model(config.model, tokenizer).to(runtime.device)  # the same weights on every rank
     if runtime.rank:  # but each rank its own dropout masks
         torch.manual_seed(config.train.seed + 1_000_003 * runtime.rank)
@@ -104,7 +107,7 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
             )
     run.state.world_size = runtime.world_size
     if not splits.train_indices:
-        raise DataError(f"no training pair fits data.max_len={config.data.max_len} tokens")
+        raise DataError(f"no training pair is left: {cleaning_line(splits.cleaning, config.data)}")
     run.started = time.perf_counter() - run.state.train_seconds
     run.never_targets = model.never_produced
     if runtime.world_size > 1:
@@ -118,6 +121,7 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
         run.model = ddp(model, **{no_sync: False})
     if runtime.is_main:
         run.writer = reporting.open_writer(run_dir, config)
+        print(cleaning_line(splits.cleaning, config.data), flush=True)
         print(
             reporting.setup_line(model, runtime, len(splits.train_indices), tokenizer.vocab_size), flush=True
         )

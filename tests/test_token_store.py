@@ -1,0 +1,200 @@
+"""The token store (transformer/token_store.py), the cache of tokenizers and stores (data_cache.py), streamed
+training files (corpus.ParallelFiles) and the cleaning rules (data.clean_pairs)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import DATA_DIR, needs_data
+
+import transformer.data_cache as data_cache
+from transformer.config import DataConfig, load_config
+from transformer.corpus import DataError, ParallelFiles, ParallelText
+from transformer.data import clean_pairs, encode_corpus, encode_split
+from transformer.multi30k import load_multi30k
+from transformer.runtime import Runtime
+from transformer.token_store import build_store, open_store, pair_hash
+from transformer.tokenizer import Tokenizer, train_tokenizer
+
+SRC = ["Ein Hund läuft.", "Zwei Katzen schlafen im Haus.", "", "Ein Mann fährt Rad.", "Ein Hund läuft."] * 7
+TGT = ["A dog runs.", "Two cats sleep in the house.", "Nothing.", "A man rides a bike.", "A dog runs."] * 7
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory) -> Tokenizer:
+    return train_tokenizer(SRC + TGT, tmp_path_factory.mktemp("sp") / "sp", 60)
+
+
+def model(tokenizer: Tokenizer) -> tuple[bytes, int]:
+    return tokenizer.to_bytes(), tokenizer.vocab_size
+
+
+def write_pair(folder, src, tgt, name="train"):
+    (folder / f"{name}.de").write_text("".join(line + "\n" for line in src), encoding="utf-8")
+    (folder / f"{name}.en").write_text("".join(line + "\n" for line in tgt), encoding="utf-8")
+    return ParallelFiles(folder / f"{name}.de", folder / f"{name}.en")
+
+
+# ---------------------------------------------------------------- the store
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_store_holds_every_pairs_ids_and_reads_them_back(tmp_path, tokenizer, workers):
+    files = write_pair(tmp_path, SRC, TGT)
+    store = build_store(
+        tmp_path / "store", files.chunks(4), tokenizer.to_bytes(), tokenizer.vocab_size, workers
+    )
+    assert len(store) == len(SRC) and store.src.tokens.dtype == np.uint16
+    for i in range(len(SRC)):
+        assert store.src[i] == tokenizer.encode(SRC[i]) and store.tgt[i] == tokenizer.encode(TGT[i])
+    assert store.hashes[0] == pair_hash(SRC[0], TGT[0]) == store.hashes[4] != store.hashes[1]
+    reopened, why = open_store(tmp_path / "store")
+    assert why == "" and reopened.src[1] == store.src[1]
+
+
+def test_workers_write_the_same_bytes(tmp_path, tokenizer):
+    files = write_pair(tmp_path, SRC, TGT)
+    for workers in (0, 2):
+        build_store(
+            tmp_path / f"w{workers}", files.chunks(3), tokenizer.to_bytes(), tokenizer.vocab_size, workers
+        )
+    for name in ("src.bin", "tgt.bin", "src.len", "tgt.len", "pairs.hash"):
+        assert (tmp_path / "w0" / name).read_bytes() == (tmp_path / "w2" / name).read_bytes()
+
+
+def test_a_damaged_store_is_refused_with_its_reason(tmp_path, tokenizer):
+    files = write_pair(tmp_path, SRC, TGT)
+    folder = tmp_path / "store"
+    build_store(folder, files.chunks(8), *model(tokenizer), 0)
+    data = bytearray((folder / "src.bin").read_bytes())
+    data[3] ^= 0xFF
+    (folder / "src.bin").write_bytes(bytes(data))
+    assert open_store(folder) == (None, "src.bin does not match its SHA-256 (a corrupted store)")
+    build_store(folder, files.chunks(8), *model(tokenizer), 0)  # a damaged store in the way is replaced
+    assert open_store(folder)[1] == ""
+    (folder / "tgt.len").write_bytes((folder / "tgt.len").read_bytes()[:-4])
+    assert open_store(folder)[1] == "tgt.len is missing or has the wrong size (a partial or damaged store)"
+    (folder / "manifest.json").unlink()
+    assert open_store(folder) == (None, "no manifest (a partial store)")
+    assert open_store(tmp_path / "nothing") == (None, "no store yet")
+
+
+def test_the_cache_rebuilds_a_damaged_store_and_keys_on_content(tmp_path, tokenizer):
+    data = DataConfig(cache_dir=str(tmp_path / "cache"))
+    files = write_pair(tmp_path, SRC, TGT)
+    runtime = Runtime(torch.device("cpu"), None)
+    first = data_cache.train_store(files, files.fingerprint(), tokenizer, data, runtime)
+    (first.folder / "pairs.hash").write_bytes(b"\0" * (first.folder / "pairs.hash").stat().st_size)
+    said = []
+    again = data_cache.train_store(files, files.fingerprint(), tokenizer, data, runtime, log=said.append)
+    assert again.folder == first.folder and "does not match its SHA-256" in said[0]
+    assert open_store(first.folder)[1] == ""
+    (tmp_path / "other").mkdir()
+    changed = write_pair(tmp_path / "other", SRC[:-1] + ["Ein anderer Satz."], TGT)  # other content
+    assert changed.fingerprint() != files.fingerprint()
+    assert (
+        data_cache.train_store(changed, changed.fingerprint(), tokenizer, data, runtime).folder
+        != first.folder
+    )
+
+
+# ---------------------------------------------------------------- streamed files
+
+
+def test_streamed_files_name_their_problems(tmp_path):
+    uneven = write_pair(tmp_path, SRC, TGT[:-2])
+    with pytest.raises(DataError, match=r"train.en ends after line 33, .*train.de goes on"):
+        list(uneven.chunks(10))
+    (tmp_path / "bad.de").write_bytes(b"gut\n\xff kaputt\n")
+    (tmp_path / "bad.en").write_bytes(b"good\nbroken\n")
+    with pytest.raises(DataError, match=r"bad.de: line 2 is not valid UTF-8"):
+        list(ParallelFiles(tmp_path / "bad.de", tmp_path / "bad.en").chunks(10))
+    (tmp_path / "empty.de").write_bytes(b"")
+    with pytest.raises(DataError, match="file is empty"):
+        list(ParallelFiles(tmp_path / "empty.de", tmp_path / "bad.en").chunks(10))
+    files = write_pair(tmp_path, SRC, TGT)
+    assert list(files.sentences()) == SRC + TGT  # what the tokenizer learns from, in the old order
+    assert [pair for chunk in files.chunks(6) for pair in zip(*chunk)] == list(zip(SRC, TGT))
+
+
+# ---------------------------------------------------------------- the tokenizer cache
+
+
+def test_a_cached_tokenizer_is_trained_once_per_files_and_settings(tmp_path, monkeypatch):
+    files = write_pair(tmp_path, SRC, TGT)
+    data = DataConfig(cache_dir=str(tmp_path / "cache"), vocab_size=40)
+    first = data_cache.cached_tokenizer(files, files.fingerprint(), data)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(data_cache, "train_tokenizer", no_training)
+    assert data_cache.cached_tokenizer(files, files.fingerprint(), data) == first
+    with pytest.raises(AssertionError, match="trained again"):
+        data_cache.cached_tokenizer(
+            files, files.fingerprint(), DataConfig(cache_dir=data.cache_dir, vocab_size=61)
+        )
+
+
+def test_a_given_tokenizer_is_used_or_refused_by_name(tmp_path, tokenizer):
+    import sentencepiece as spm
+
+    files = write_pair(tmp_path, SRC, TGT)
+    ours = tmp_path / "ours.model"
+    ours.write_bytes(tokenizer.to_bytes())
+    data = DataConfig(cache_dir=str(tmp_path / "cache"), tokenizer=str(ours))
+    assert data_cache.cached_tokenizer(files, files.fingerprint(), data) == ours
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(SRC + TGT), model_prefix=str(tmp_path / "plain"), vocab_size=40, minloglevel=2
+    )  # fmt: skip  (default ids: unk 0, bos 1, eos 2)
+    for path, says in (
+        (tmp_path / "plain.model", "special ids"),
+        (tmp_path / "none.model", "file not found"),
+    ):
+        with pytest.raises(DataError, match=f"data.tokenizer={path}: .*{says}"):
+            data_cache.cached_tokenizer(files, files.fingerprint(), DataConfig(tokenizer=str(path)))
+
+
+# ---------------------------------------------------------------- cleaning
+
+
+def test_cleaning_rules_count_what_each_drops():
+    src = [3, 0, 200, 2, 20, 3, 3]
+    tgt = [4, 5, 3, 40, 19, 4, 4]
+    hashes = np.array([7, 1, 2, 3, 4, 7, 8], dtype=np.uint64)  # pair 5 repeats pair 0
+    kept, counts = clean_pairs(src, tgt, hashes, DataConfig(max_len=100, max_ratio=3.0, dedup=True))
+    assert kept == [0, 4, 6]
+    assert counts == {"pairs": 7, "empty": 1, "too_long": 1, "ratio": 1, "duplicate": 1, "kept": 3}
+    kept, counts = clean_pairs(src, tgt, hashes, DataConfig(max_len=100))
+    assert kept == [0, 3, 4, 5, 6] and counts["ratio"] == counts["duplicate"] == 0
+
+
+# ---------------------------------------------------------------- the main job's data, unchanged
+
+
+@needs_data
+def test_the_store_gives_the_ids_and_pairs_the_old_in_memory_path_gave(tmp_path):
+    config = load_config(
+        "configs/multi30k_de_en.yaml", [f"data.cache_dir={tmp_path}", "data.train_limit=4000"]
+    )
+    corpus = load_multi30k("de", "en", DATA_DIR)
+    assert isinstance(corpus["train"], ParallelFiles)
+    in_memory = ParallelText(corpus["train"].src, corpus["train"].tgt)
+    tokenizer = train_tokenizer(in_memory.src + in_memory.tgt, tmp_path / "sp", 8000)
+    runtime = Runtime(torch.device("cpu"), None)
+    store = data_cache.train_store(
+        corpus["train"], corpus["train"].fingerprint(), tokenizer, config.data, runtime
+    )
+    splits = encode_corpus(corpus, tokenizer, config, store)
+    src, tgt = encode_split(in_memory.head(4000), tokenizer)
+    old_keep = [i for i, (s, t) in enumerate(zip(src, tgt)) if len(s) + 1 <= 128 and len(t) + 1 <= 128]
+    assert splits.train_indices == old_keep
+    assert all(splits.train[0][i] == src[i] and splits.train[1][i] == tgt[i] for i in range(0, 4000, 7))
+    assert splits.cleaning["pairs"] == 4000 and splits.cleaning["kept"] == len(old_keep)
+
+
+def test_results_json_reports_the_cleaning(tiny_checkpoint):
+    results = json.loads((tiny_checkpoint.parent / "results.json").read_text())
+    counts = results["data_cleaning"]
+    assert counts["pairs"] == 3000 and counts["kept"] == 3000 - counts["too_long"] - counts["empty"]
