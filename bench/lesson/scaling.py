@@ -9,19 +9,15 @@ from transformer.attention import scaled_dot_product_attention
 
 from .section import Section, max_abs
 
-# The first document's table (its own random draws, generator not given): d_k -> (mean, variance, scaled std).
-DOCUMENT_VARIANCE = {
-    4: (0.003, 3.99, 0.999),
-    16: (0.012, 15.92, 0.997),
-    64: (-0.034, 64.01, 1.000),
-    512: (-0.077, 514.16, 1.002),
-}
-# The first document's 10-key draw: (d_k, scaled) -> (top weight, largest Jacobian entry).
+# The first document's table (its own draws, generator not given): d_k -> (mean, variance, std, scaled std).
+DOCUMENT_VARIANCE = {4: (0.003, 3.99, 2.00, 0.999), 16: (0.012, 15.92, 3.99, 0.997),
+                     64: (-0.034, 64.01, 8.00, 1.000), 512: (-0.077, 514.16, 22.68, 1.002)}  # fmt: skip
+# The first document's 10-key draw: (d_k, scaled) -> (score range, top weight, largest Jacobian entry).
 DOCUMENT_TEN_KEYS = {
-    (64, False): (0.8407, 0.1339),
-    (64, True): (0.2484, 0.1867),
-    (512, False): (1.0000, 0.0000),
-    (512, True): (0.5176, 0.2497),
+    (64, False): (-15.8, 9.5, 0.8407, 0.1339),
+    (64, True): (-2.0, 1.2, 0.2484, 0.1867),
+    (512, False): (-60.1, 46.0, 1.0000, 0.0000),
+    (512, True): (-2.7, 2.0, 0.5176, 0.2497),
 }
 
 
@@ -31,14 +27,14 @@ def variance_table() -> Section:
     s.say("our draw: torch.Generator seed 0, float64; the document's generator is not given, so its")
     s.say("Monte Carlo figures differ from ours in the last digits (document in brackets)")
     generator = torch.Generator().manual_seed(0)
-    for d_k, (mean_doc, var_doc, std_doc) in DOCUMENT_VARIANCE.items():
+    for d_k, (mean_doc, var_doc, sd_doc, std_doc) in DOCUMENT_VARIANCE.items():
         q, k = (torch.randn(100_000, d_k, dtype=torch.float64, generator=generator) for _ in range(2))
         dots = (q * k).sum(-1)  # (100000,): q·k
         scaled_std = (dots / math.sqrt(d_k)).std().item()
         s.say(
-            f"d_k={d_k:4d}  mean {dots.mean().item():+.3f} [{mean_doc:+.3f}]"
-            f"  variance {dots.var().item():8.2f} "
-            f"[{var_doc:.2f}]  std {dots.std().item():6.2f}  scaled std {scaled_std:.3f} [{std_doc:.3f}]"
+            f"d_k={d_k:4d}  mean {dots.mean().item():+.3f} [{mean_doc:+.3f}]  variance"
+            f" {dots.var().item():7.2f} [{var_doc:.2f}]  std {dots.std().item():5.2f} [{sd_doc:.2f}]"
+            f"  scaled std {scaled_std:.3f} [{std_doc:.3f}]"
         )
         s.numbers[d_k] = (dots.var().item(), scaled_std)
     return s
@@ -95,11 +91,12 @@ def ten_keys() -> Section:
             probs = row_weights(query, keys, scaled)
             scores = keys @ query / (math.sqrt(d_k) if scaled else 1.0)  # (10,)
             top, grad = probs.max().item(), jacobian(probs).abs().max().item()
-            top_doc, grad_doc = DOCUMENT_TEN_KEYS[(d_k, scaled)]
+            low_doc, high_doc, top_doc, grad_doc = DOCUMENT_TEN_KEYS[(d_k, scaled)]
             name = f"{'scaled' if scaled else 'unscaled'}{d_k}"
             s.say(
-                f"{name:<12} scores [{scores.min().item():+.1f}, {scores.max().item():+.1f}]  top weight "
-                f"{top:.4f} [{top_doc:.4f}]  largest gradient entry {grad:.4f} [{grad_doc:.4f}]"
+                f"{name:<12} scores [{scores.min().item():+.1f}, {scores.max().item():+.1f}]"
+                f" [{low_doc:+.1f}, {high_doc:+.1f}]  top weight {top:.4f} [{top_doc:.4f}]"
+                f"  largest gradient entry {grad:.4f} [{grad_doc:.4f}]"
             )
             s.numbers[name] = (top, grad)
     s.say("no entry of a softmax Jacobian can exceed 0.25 (p(1 - p) <= 1/4)")
