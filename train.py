@@ -31,7 +31,7 @@ from transformer.checkpoint import (
 )
 from transformer.config import Config, ConfigError, load_config
 from transformer.corpus import DataError
-from transformer.data import Batch, iter_batches, make_batches, prefetch
+from transformer.data import Batch, iter_batches, lengths_of, make_batches, prefetch
 from transformer.evaluation import token_loss
 from transformer.optim import learning_rate, lr_scale, scaled_step, unscale_and_clip
 from transformer.run_folder import RunFolderError, keep_step_checkpoint, write_results
@@ -59,7 +59,7 @@ def epoch_batches(run: Run) -> Iterator[Batch]:
     """This rank's batches of the current epoch, from where the state says the epoch stands."""
     state, src_ids, tgt_ids = run.state, *run.splits.train
     batches = make_batches(
-        [len(s) for s in src_ids], [len(t) for t in tgt_ids], run.config.data.max_tokens, True,
+        lengths_of(src_ids), lengths_of(tgt_ids), run.config.data.max_tokens, True,
         run.config.train.seed, state.epoch, run.runtime.rank, run.runtime.world_size,
         indices=run.splits.train_indices,
     )  # fmt: skip

@@ -401,3 +401,48 @@ def test_prefetch_yields_the_same_batches_in_order_and_passes_errors_on(lengths)
     assert torch.equal(next(stream).src, expected[0].src)
     with pytest.raises(DataError, match="line 7"):
         next(stream)
+
+
+def reference_batches(src_lengths, tgt_lengths, max_tokens, shuffle, seed, epoch, indices, chunk_batches):
+    """make_batches as first written, in plain Python (one process): what the NumPy version must equal."""
+    order = list(range(len(src_lengths))) if indices is None else list(indices)
+    length = lambda i: (src_lengths[i], tgt_lengths[i])  # noqa: E731
+
+    def cut(pairs):
+        batches, batch, S, T = [], [], 0, 0
+        for i in pairs:
+            s, t = src_lengths[i] + 1, tgt_lengths[i] + 1
+            if batch and (len(batch) + 1) * (max(S, s) + max(T, t)) > max_tokens:
+                batches.append(batch)
+                batch, S, T = [], 0, 0
+            batch.append(i)
+            S, T = max(S, s), max(T, t)
+        return batches + [batch] if batch else batches
+
+    if not shuffle:
+        return cut(sorted(order, key=length))
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    order = [order[j] for j in torch.randperm(len(order), generator=generator).tolist()]
+    batches, chunk, tokens = [], [], 0
+    for i in order:
+        chunk.append(i)
+        tokens += src_lengths[i] + tgt_lengths[i] + 2
+        if tokens >= chunk_batches * max_tokens:
+            batches += cut(sorted(chunk, key=length))
+            chunk, tokens = [], 0
+    batches += cut(sorted(chunk, key=length)) if chunk else []
+    return [batches[j] for j in torch.randperm(len(batches), generator=generator).tolist()]
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_make_batches_equals_the_plain_python_reference(case):
+    g = torch.Generator().manual_seed(case)
+    n = [0, 1, 7, 300, 5000, 29000][case % 6]
+    src, tgt = (
+        torch.randint(0, 60, (n,), generator=g).tolist(),
+        torch.randint(0, 60, (n,), generator=g).tolist(),
+    )
+    indices = None if case % 2 else sorted(torch.randperm(n, generator=g)[: n // 2].tolist())
+    args = dict(max_tokens=[200, 4000][case % 2], shuffle=case % 3 != 0, seed=case, epoch=case % 4,
+                indices=indices, chunk_batches=[1, 100][case // 6])  # fmt: skip
+    assert make_batches(src, tgt, **args) == reference_batches(src, tgt, **args)

@@ -31,7 +31,7 @@ import torch
 
 from transformer.config import Config, DataConfig, source_token_limit
 from transformer.corpus import Corpus, ParallelText
-from transformer.token_store import TokenStore
+from transformer.token_store import Side, TokenStore
 from transformer.tokenizer import Tokenizer
 
 Item = TypeVar("Item")  # not `T`, which is the target length here
@@ -120,6 +120,11 @@ def encode_corpus(corpus: Corpus, tokenizer: Tokenizer, config: Config, store: T
         tgt_ids = _truncate(tgt_ids, config.model.max_positions - 1, f"{name} targets (for the loss)")
         evaluation += [(src_ids, tgt_ids), split.tgt]
     return Splits((store.src, store.tgt), keep, counts, *evaluation)
+
+
+def lengths_of(ids: Sequence[list[int]]) -> Sequence[int]:
+    """Tokens per sentence: a token store's side knows them without reading a sentence."""
+    return ids.lengths if isinstance(ids, Side) else [len(sentence) for sentence in ids]
 
 
 def _truncate(ids: list[list[int]], limit: int, what: str) -> list[list[int]]:
@@ -217,42 +222,38 @@ def make_batches(
         raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be positive, got {max_tokens}")
-    order = list(range(len(src_lengths))) if indices is None else list(indices)
+    s, t = np.asarray(src_lengths, dtype=np.int64), np.asarray(tgt_lengths, dtype=np.int64)  # (N,) each
+    order = np.arange(len(s)) if indices is None else np.asarray(indices, dtype=np.int64)
 
-    def length(i: int) -> tuple[int, int]:
-        return src_lengths[i], tgt_lengths[i]
+    def by_length(pairs: np.ndarray) -> np.ndarray:
+        return pairs[np.lexsort((t[pairs], s[pairs]))]  # stable: by source length, then target length
 
     if shuffle:
         # one random stream per (seed, epoch): the same on every rank, different every epoch
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        order = [order[j] for j in torch.randperm(len(order), generator=generator).tolist()]
+        order = order[torch.randperm(len(order), generator=generator).numpy()]
         batches = []
-        for chunk in _chunks(order, src_lengths, tgt_lengths, chunk_batches * max_tokens):
-            chunk = sorted(chunk, key=length)
-            batches += cut_into_batches(chunk, src_lengths, tgt_lengths, max_tokens)
+        for chunk in _chunks(order, s, t, chunk_batches * max_tokens):
+            batches += cut_into_batches(by_length(chunk), s, t, max_tokens)
         batches = [batches[j] for j in torch.randperm(len(batches), generator=generator).tolist()]
     else:
-        batches = cut_into_batches(sorted(order, key=length), src_lengths, tgt_lengths, max_tokens)
+        batches = cut_into_batches(by_length(order), s, t, max_tokens)
     return _shard(batches, rank, world_size)
 
 
-def _chunks(
-    order: list[int], src_lengths: Sequence[int], tgt_lengths: Sequence[int], chunk_tokens: int
-) -> Iterator[list[int]]:
-    """Consecutive runs of `order` holding about `chunk_tokens` real tokens each."""
-    chunk, tokens = [], 0
-    for i in order:
-        chunk.append(i)
-        tokens += src_lengths[i] + tgt_lengths[i] + 2
-        if tokens >= chunk_tokens:
-            yield chunk
-            chunk, tokens = [], 0
-    if chunk:
-        yield chunk
+def _chunks(order: np.ndarray, s: np.ndarray, t: np.ndarray, chunk_tokens: int) -> Iterator[np.ndarray]:
+    """Consecutive runs of `order` holding about `chunk_tokens` real tokens each: a run ends with the pair
+    that brings it to `chunk_tokens` or more."""
+    cumulative = np.cumsum(s[order] + t[order] + 2)  # (N,) strictly increasing
+    start, before = 0, 0
+    while start < len(order):
+        end = int(np.searchsorted(cumulative, before + chunk_tokens, side="left")) + 1
+        yield order[start:end]
+        start, before = end, int(cumulative[min(end, len(order)) - 1])
 
 
 def cut_into_batches(
-    order: list[int],
+    order: Sequence[int],
     src_lengths: Sequence[int],
     tgt_lengths: Sequence[int],
     max_tokens: int,
@@ -261,9 +262,14 @@ def cut_into_batches(
 
     `make_batches` sorts by length first; without that (a random order) most tokens are padding.
     """
+    order = np.asarray(order, dtype=np.int64)
+    rows = zip(
+        order.tolist(),
+        (np.asarray(src_lengths)[order] + 1).tolist(),
+        (np.asarray(tgt_lengths)[order] + 1).tolist(),
+    )  # fmt: skip  (+ EOS; + BOS or EOS)
     batches, batch, S, T = [], [], 0, 0
-    for i in order:
-        s, t = src_lengths[i] + 1, tgt_lengths[i] + 1  # + EOS; + BOS or EOS
+    for i, s, t in rows:
         if batch and (len(batch) + 1) * (max(S, s) + max(T, t)) > max_tokens:
             batches.append(batch)
             batch, S, T = [], 0, 0
