@@ -36,7 +36,7 @@ from transformer.evaluation import token_loss
 from transformer.optim import learning_rate, lr_scale, scaled_step, unscale_and_clip
 from transformer.run_folder import RunFolderError, keep_step_checkpoint, write_results
 from transformer.runtime import DeviceError
-from transformer.training import Run, TrainingError, check_finite, save, setup, validate
+from transformer.training import Run, TrainingError, check_finite, save, setup, test_other_sets, validate
 from transformer.translator import Translator
 
 STOP_REASONS = (None, "max_steps", "max_epochs", "max_minutes", "patience")
@@ -235,7 +235,7 @@ def final_test(run: Run, stop_reason: str) -> dict:
     results = reporting.run_results(
         scores, config, run.state, stop_reason, rt.world_size, tested=tested.name,
         test_decode_seconds=seconds, parameters=params, device=str(rt.device),
-        data_cleaning=run.splits.cleaning,
+        data_cleaning=run.splits.cleaning, test_sets=test_other_sets(run, translator),
     )  # fmt: skip
     write_results(run.run_dir, results, hyps)
     print(reporting.test_line(results), flush=True)

@@ -12,7 +12,8 @@ from conftest import DATA_DIR, needs_data
 
 import train
 from transformer.checkpoint import load_checkpoint
-from transformer.config import ModelConfig
+from transformer.config import ConfigError, ModelConfig, load_config
+from transformer.corpus import read_lines
 from transformer.data import collate
 from transformer.evaluation import token_loss
 from transformer.model import Transformer
@@ -201,3 +202,24 @@ def test_torchrun_two_cpu_processes(tmp_path):
     assert result.stdout.count("test BLEU") == 1  # printed by rank 0 only
     ranks = load_checkpoint(tmp_path / "ddp" / "last.pt")["rng"]["ranks"]  # each rank's own, for --resume
     assert len(ranks) == 2 and not torch.equal(ranks[0]["torch"], ranks[1]["torch"])  # own dropout masks
+
+
+@needs_data
+def test_more_test_sets_are_decoded_and_reported_and_a_missing_one_stops_before_training(tmp_path, capsys):
+    lines = {lang: read_lines(DATA_DIR / f"val.{lang}.gz")[:10] for lang in ("de", "en")}
+    for lang, text in lines.items():
+        (tmp_path / f"extra.{lang}").write_text("".join(line + "\n" for line in text), encoding="utf-8")
+    assert run_train(tmp_path / "run", f"eval.test_sets={{extra: {tmp_path / 'extra'}}}") == 0
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    extra = results["test_sets"]["extra"]
+    assert extra["sentences"] == 10 and 0 <= extra["bleu"] <= 100 and "tok:13a" in extra["signature"]
+    hypotheses = (tmp_path / "run" / "test_hypotheses.extra.txt").read_text(encoding="utf-8")
+    assert hypotheses.count("\n") == 10
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert "test/extra/bleu" in EventAccumulator(str(tmp_path / "run")).Reload().Tags()["scalars"]
+    capsys.readouterr()
+    assert run_train(tmp_path / "run2", f"eval.test_sets={{gone: {tmp_path / 'gone'}}}") == 1
+    assert "gone.de: file not found" in capsys.readouterr().err and not (tmp_path / "run2").exists()
+    with pytest.raises(ConfigError, match="'a b' is not a usable name"):
+        load_config(TINY, ["eval.test_sets={a b: x}"])

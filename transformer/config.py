@@ -6,6 +6,7 @@ is a ``ConfigError`` that names the key (and lists the valid ones).
 """
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -155,12 +156,17 @@ class EvalConfig:
     )
     average_last: int = 0  # > 0: the final test uses the average of the last N evaluation checkpoints
     average_weights: str = "raw"  # what average_last averages: the raw weights (§6.1) or "ema" snapshots
+    # more test sets for the final test, name: file prefix (<prefix>.<src_lang> and <prefix>.<tgt_lang>)
+    test_sets: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.select_by not in ("bleu", "chrf", "loss"):
             raise ConfigError(f"eval.select_by={self.select_by!r}: expected bleu, chrf or loss")
         if self.average_weights not in ("raw", "ema"):
             raise ConfigError(f"eval.average_weights={self.average_weights!r}: expected raw or ema")
+        for name in self.test_sets:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or name in ("validation", "test"):
+                raise ConfigError(f"eval.test_sets: {name!r} is not a usable name (letters, digits, _ . -)")
         _check_at_least(self, "eval", every_steps=0, max_tokens=1, beam_size=1, length_penalty=0.0,
                         max_len_offset=1, n_alignment_sentences=0, n_sample_translations=0,
                         average_last=0)  # fmt: skip
@@ -218,6 +224,12 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
         if value is None and type(None) in options:
             return None
         annotation = next(a for a in options if a is not type(None))
+    if typing.get_origin(annotation) is dict:
+        if isinstance(value, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            return dict(value)
+        raise ConfigError(f"{key}: expected a mapping of names to strings, got {value!r}")
     if annotation is bool:
         if isinstance(value, bool):
             return value

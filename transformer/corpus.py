@@ -257,6 +257,13 @@ def load_hub_dataset(name: str, config: str | None, src_lang: str, tgt_lang: str
     return corpus
 
 
+def load_test_sets(test_sets: dict[str, str], data: DataConfig) -> Corpus:
+    """``eval.test_sets`` read now, so that a missing file stops the run before it trains: {"test/NAME":
+    pairs}, from <prefix>.<src_lang> and <prefix>.<tgt_lang>."""
+    return {f"test/{name}": read_parallel(f"{prefix}.{data.src_lang}", f"{prefix}.{data.tgt_lang}")
+            for name, prefix in test_sets.items()}  # fmt: skip
+
+
 def load_corpus(data: DataConfig) -> Corpus:
     """The configured corpus (``data.dataset``) with its train / validation / test splits."""
     if data.dataset == "multi30k":

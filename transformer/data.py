@@ -102,6 +102,7 @@ class Splits:
     valid_refs: list[str]
     test: tuple[list[list[int]], list[list[int]]]
     test_refs: list[str]
+    other_tests: dict[str, tuple[tuple[list[list[int]], list[list[int]]], list[str]]]  # eval.test_sets
 
 
 def encode_corpus(corpus: Corpus, tokenizer: Tokenizer, config: Config, store: TokenStore) -> Splits:
@@ -112,14 +113,17 @@ def encode_corpus(corpus: Corpus, tokenizer: Tokenizer, config: Config, store: T
     data = config.data
     n = min(len(store), data.train_limit) if data.train_limit > 0 else len(store)
     keep, counts = clean_pairs(store.src.lengths[:n], store.tgt.lengths[:n], store.hashes[:n], data)
-    evaluation = []
-    for name in ("validation", "test"):
+    evaluation = {}
+    for name in ["validation", "test"] + [name for name in corpus if name.startswith("test/")]:
         split = corpus[name].head(data.eval_limit)
         src_ids, tgt_ids = encode_split(split, tokenizer)
         src_ids = _truncate(src_ids, source_token_limit(config.model, config.eval), f"{name} sources")
         tgt_ids = _truncate(tgt_ids, config.model.max_positions - 1, f"{name} targets (for the loss)")
-        evaluation += [(src_ids, tgt_ids), split.tgt]
-    return Splits((store.src, store.tgt), keep, counts, *evaluation)
+        evaluation[name] = ((src_ids, tgt_ids), split.tgt)
+    others = {name.removeprefix("test/"): evaluation[name] for name in evaluation if name.startswith("test/")}
+    return Splits(
+        (store.src, store.tgt), keep, counts, *evaluation["validation"], *evaluation["test"], others
+    )
 
 
 def lengths_of(ids: Sequence[list[int]]) -> Sequence[int]:

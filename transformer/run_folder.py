@@ -26,6 +26,7 @@ RUN_FILES = ("config.yaml", "tokenizer.model", "last.pt", "best.pt", "results.js
 WRITTEN = RUN_FILES + (
     "tokenizer.vocab",
     "test_hypotheses.txt",
+    "test_hypotheses.*.txt",
     "averaged.pt",
     "events.*",
     "step_*.pt",

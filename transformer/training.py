@@ -21,7 +21,7 @@ from transformer.checkpoint import (
     training_checkpoint,
 )
 from transformer.config import Config
-from transformer.corpus import DataError, load_corpus
+from transformer.corpus import DataError, load_corpus, load_test_sets
 from transformer.data import Splits, cleaning_line, encode_corpus, iter_batches, make_batches
 from transformer.data_cache import train_store
 from transformer.ema import EMA
@@ -82,6 +82,7 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     """Everything a run needs, on this rank's device; with ``resume``, as RUN_DIR/last.pt left it."""
     runtime = setup_runtime(config.train.device, config.train.precision)
     corpus = load_corpus(config.data)  # before the run folder: bad data leaves nothing behind
+    corpus |= load_test_sets(config.eval.test_sets, config.data)
     prepare_run_dir(config, run_dir, runtime, resume, overwrite)
     torch.manual_seed(config.train.seed)
     fingerprint = corpus["train"].fingerprint()  # the training files' SHA-256: the cache's key
@@ -179,3 +180,17 @@ def validate(run: Run, model: Transformer) -> dict:
     reporting.log_validation(run.writer, entry, list(zip(sources, refs, hyps)), attentions)
     print(reporting.validation_line(entry, time.perf_counter() - t0), flush=True)
     return entry
+
+
+def test_other_sets(run: Run, translator: Translator) -> dict[str, dict]:
+    """``eval.test_sets``, each decoded like the test set: {name: BLEU, chrF, signature, sentences}, logged
+    to TensorBoard (test/NAME/bleu, .../chrf) and written to RUN_DIR/test_hypotheses.NAME.txt (rank 0)."""
+    results = {}
+    for name, ((src_ids, _), refs) in run.splits.other_tests.items():
+        _, hyps, scores = translator.evaluate(src_ids, refs, progress=f"test {name}")
+        results[name] = scores | {"sentences": len(refs)}
+        (run.run_dir / f"test_hypotheses.{name}.txt").write_text("".join(h + "\n" for h in hyps), "utf-8")
+        for metric in ("bleu", "chrf"):
+            run.writer.add_scalar(f"test/{name}/{metric}", scores[metric], run.state.step)
+        print(f"test set {name}: BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f}", flush=True)
+    return results
