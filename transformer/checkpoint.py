@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from transformer.config import ConfigError, config_from_dict
+from transformer.config import Config, ConfigError, config_from_dict
 from transformer.model import build_model
 from transformer.tokenizer import Tokenizer
 
@@ -130,6 +130,9 @@ def training_checkpoint(
     return checkpoint
 
 
+RESUME_IGNORES = ("data_dir", "cache_dir", "workers")  # where the data and cache are, how many processes
+
+
 def restore_training(path: Path, model, optimizer, scaler, ema, config, rank: int = 0) -> dict:
     """Load what ``training_checkpoint`` saved back into these objects and this rank's RNG state; returns
     the saved ``state``.
@@ -137,11 +140,14 @@ def restore_training(path: Path, model, optimizer, scaler, ema, config, rank: in
     Refuses a checkpoint trained with other model or data settings or another seed: they decide the
     weights' shapes and the order of the batches."""
     ckpt = load_checkpoint(path)
-    saved, now = ckpt["config"], config.to_dict()
-    changed = [f"model.{k}" for k in now["model"] if saved["model"].get(k) != now["model"][k]]
-    changed += [
-        f"data.{k}" for k in now["data"] if k != "data_dir" and saved["data"].get(k) != now["data"][k]
+    saved, now, default = ckpt["config"], config.to_dict(), Config().to_dict()  # a missing key: its default
+    changed = [
+        f"model.{k}" for k in now["model"] if saved["model"].get(k, default["model"][k]) != now["model"][k]
     ]
+    changed += [
+        f"data.{k}" for k in now["data"]
+        if k not in RESUME_IGNORES and saved["data"].get(k, default["data"][k]) != now["data"][k]
+    ]  # fmt: skip
     changed += ["train.seed"] if saved["train"].get("seed") != now["train"]["seed"] else []
     if changed:
         raise CheckpointError(f"{path} was trained with other values of {', '.join(changed)}; cannot resume")

@@ -115,6 +115,8 @@ class TrainConfig:
     label_smoothing: float = 0.1
     clip_grad_norm: float = 0.0  # 0 = no clipping
     accum_steps: int = 1  # gradient accumulation: batches per optimizer update
+    init_from: str | None = None  # fine-tune: start from this checkpoint's weights (init_from.py)
+    reset_optimizer: bool = True  # with init_from: a fresh optimizer, schedule and step count
     device: str = "auto"  # "auto" (cuda if present), "cpu", "cuda", "cuda:1", ...
     precision: str = "auto"  # "auto" (bf16 on cuda, fp32 on cpu), "fp32", "bf16", "fp16"
     compile: bool = False  # torch.compile the model

@@ -71,14 +71,17 @@ def keep_step_checkpoint(run_dir: Path, checkpoint: dict, step: int, keep_last: 
 
 
 def run_tokenizer(
-    run_dir: Path, train: ParallelText | ParallelFiles, fingerprint: str, config: Config, runtime: Runtime
-) -> Tokenizer:
+    run_dir: Path, train: ParallelText | ParallelFiles, fingerprint: str, config: Config, runtime: Runtime,
+    source=None,
+) -> Tokenizer:  # fmt: skip
     """The run's joint SentencePiece model (§5.1: a shared vocabulary): ``data.tokenizer``, or the one the
     cache holds for these training files and settings (learnt there from both sides of the training split
-    the first time; ``data_cache.py``), copied into the run folder by rank 0 on the first start; read back
-    on resume and by every rank."""
+    the first time; ``data_cache.py``), or a fine-tuning ``source``'s (``init_from.py``), copied into the run
+    folder by rank 0 on the first start; read back on resume and by every rank."""
     path = run_dir / "tokenizer.model"
-    if runtime.is_main and not path.exists():
+    if runtime.is_main and not path.exists() and source is not None:  # fine-tuning: the source's tokenizer
+        path.write_bytes(source.tokenizer.to_bytes())
+    elif runtime.is_main and not path.exists():
         model = cached_tokenizer(train, fingerprint, config.data)
         shutil.copyfile(model, path)
         if model.with_suffix(".vocab").is_file():  # the pieces and their scores, for people to read

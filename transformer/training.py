@@ -26,6 +26,7 @@ from transformer.data import Splits, cleaning_line, encode_corpus, iter_batches,
 from transformer.data_cache import train_store
 from transformer.ema import EMA
 from transformer.evaluation import evaluate_loss
+from transformer.init_from import load_source, start_from, with_source_model
 from transformer.model import Transformer, build_model
 from transformer.optim import make_optimizer
 from transformer.run_folder import prepare_run_dir, run_tokenizer
@@ -81,12 +82,14 @@ class Run:
 def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     """Everything a run needs, on this rank's device; with ``resume``, as RUN_DIR/last.pt left it."""
     runtime = setup_runtime(config.train.device, config.train.precision)
+    source = load_source(config.train.init_from) if config.train.init_from else None  # fine-tuning
+    config = with_source_model(config, source) if source else config
     corpus = load_corpus(config.data)  # before the run folder: bad data leaves nothing behind
     corpus |= load_test_sets(config.eval.test_sets, config.data)
     prepare_run_dir(config, run_dir, runtime, resume, overwrite)
     torch.manual_seed(config.train.seed)
     fingerprint = corpus["train"].fingerprint()  # the training files' SHA-256: the cache's key
-    tokenizer = run_tokenizer(run_dir, corpus["train"], fingerprint, config, runtime)
+    tokenizer = run_tokenizer(run_dir, corpus["train"], fingerprint, config, runtime, source)
     store = train_store(corpus["train"], fingerprint, tokenizer, config.data, runtime)
     splits = encode_corpus(corpus, tokenizer, config, store)
     model = build_model(config.model, tokenizer).to(runtime.device)  # the same weights on every rank
@@ -99,6 +102,9 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
         ema=EMA(model, config.train.ema_decay) if config.train.ema_decay > 0 else None,
         state=State(),
     )  # fmt: skip
+    if source and not resume:
+        run.state.step = start_from(source, model, run.optimizer, config.train.reset_optimizer)
+        run.ema = EMA(model, config.train.ema_decay) if config.train.ema_decay > 0 else None
     if resume:
         parts = run.optimizer, run.scaler, run.ema, config, runtime.rank
         run.state = State(**restore_training(run_dir / "last.pt", model, *parts))

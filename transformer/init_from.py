@@ -1,0 +1,90 @@
+"""Fine-tuning: a run that starts from a trained model (``train.init_from: PATH``, a checkpoint of this
+project) instead of random weights.
+
+What comes from the source, and what from the run's own config:
+
+  source   the architecture (every ``model.*`` key but ``model.dropout``), the tokenizer and its special ids,
+           the weights (``model``: the moving average when the source kept one, as ``translate.py`` uses);
+  run      the data, ``model.dropout``, and everything under ``train`` and ``eval``. The optimizer, the
+           learning-rate schedule and the step count start fresh (``train.reset_optimizer: true``, the
+           default); ``false`` takes the source's optimizer state and step, to continue its schedule.
+
+A ``model.*`` key the run's config sets to something other than its default and the source's value is a
+conflict, refused by name; so is ``data.tokenizer`` (the tokenizer is the source's). ``--resume`` of a
+fine-tuning run reads its own ``last.pt`` as usual (the source decides only the architecture then).
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from transformer.checkpoint import CheckpointError, load_checkpoint, tokenizer_from_tensor
+from transformer.config import Config, ConfigError, ModelConfig, config_from_dict
+from transformer.interop.released import is_released
+from transformer.tokenizer import Tokenizer
+
+NOT_ARCHITECTURE = ("dropout",)
+
+
+@dataclass
+class Source:
+    path: str
+    config: Config
+    tokenizer: Tokenizer
+    weights: dict[str, torch.Tensor]
+    optimizer: dict | None  # the source's optimizer state, when it is a training checkpoint
+    step: int
+
+
+def load_source(path: str) -> Source:
+    if is_released(path):
+        raise ConfigError(
+            f"train.init_from={path}: fine-tuning a released Marian model is not supported yet; give a "
+            "checkpoint of this project (train.py's best.pt or last.pt)"
+        )
+    checkpoint = load_checkpoint(path)
+    try:
+        config = config_from_dict(checkpoint["config"])
+        tokenizer = tokenizer_from_tensor(checkpoint["tokenizer"])
+    except (ConfigError, KeyError, ValueError) as error:
+        raise CheckpointError(f"train.init_from={path}: not a checkpoint of this project ({error})") from None
+    step = int(checkpoint.get("state", {}).get("step", 0))
+    return Source(path, config, tokenizer, checkpoint["model"], checkpoint.get("optimizer"), step)
+
+
+def with_source_model(config: Config, source: Source) -> Config:
+    """The run's config with the source's architecture; a ``model.*`` key set against it is refused."""
+    default, mine, theirs = ModelConfig(), config.model, source.config.model
+    conflicts = [
+        f"model.{f.name}={getattr(mine, f.name)!r} (the source has {getattr(theirs, f.name)!r})"
+        for f in dataclasses.fields(ModelConfig)
+        if f.name not in NOT_ARCHITECTURE
+        and getattr(mine, f.name) != getattr(default, f.name)
+        and getattr(mine, f.name) != getattr(theirs, f.name)
+    ]
+    if conflicts:
+        raise ConfigError(
+            f"train.init_from={source.path} decides the architecture, but the config sets "
+            f"{', '.join(conflicts)}: leave these keys out or give the source's values"
+        )
+    if config.data.tokenizer:
+        raise ConfigError(
+            f"train.init_from={source.path} brings its own tokenizer: data.tokenizer={config.data.tokenizer} "
+            "cannot be used with it"
+        )
+    return dataclasses.replace(config, model=dataclasses.replace(theirs, dropout=mine.dropout))
+
+
+def start_from(source: Source, model: torch.nn.Module, optimizer: torch.optim.Optimizer, reset: bool) -> int:
+    """Load the source's weights (and, unless ``reset``, its optimizer state); returns the first step."""
+    model.load_state_dict(source.weights)
+    if reset:
+        return 0
+    if source.optimizer is None:
+        raise ConfigError(
+            f"train.reset_optimizer=false needs the source's optimizer state: {source.path} has none "
+            "(an inference-only checkpoint keeps only the weights)"
+        )
+    optimizer.load_state_dict(source.optimizer)
+    return source.step
