@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT
 
 import train
-from transformer.config import DataConfig
+from transformer.config import DataConfig, load_config
 from transformer.corpus import DataError, load_corpus
 
 PAIRS = [
@@ -65,3 +65,28 @@ def test_train_py_runs_on_local_text_files(tmp_path):
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["steps"] == 4
     assert len((tmp_path / "run" / "test_hypotheses.txt").read_text(encoding="utf-8").splitlines()) == 5
+
+
+def test_the_wmt14_config_loads_through_a_local_file_in_the_hubs_format(tmp_path, monkeypatch):
+    """configs/wmt14_en_de_base.yaml: hub wmt14 de-en read as en -> de; the hub stands in for a local JSON
+    file of `translation` rows, as the hub's wmt14 builder returns them."""
+    config = load_config(ROOT / "configs" / "wmt14_en_de_base.yaml")
+    assert (config.data.hub_name, config.data.hub_config, config.data.src_lang) == ("wmt14", "de-en", "en")
+    assert config.data.max_tokens * config.train.accum_steps == 50_000  # ~25k source + ~25k target tokens
+    assert config.model.d_model == 512 and config.eval.average_last == 5 and config.data.vocab_size == 37000
+    for split in ("train", "validation", "test"):
+        rows = [{"translation": {"de": de, "en": en}} for de, en in PAIRS]
+        lines = "".join(json.dumps(row) + "\n" for row in rows)
+        (tmp_path / f"{split}.jsonl").write_text(lines, encoding="utf-8")
+    asked = []
+
+    def local_wmt14(name, config_name, **kwargs):
+        asked.append((name, config_name))
+        files = {split: str(tmp_path / f"{split}.jsonl") for split in ("train", "validation", "test")}
+        return real_load_dataset("json", data_files=files)
+
+    real_load_dataset = datasets.load_dataset
+    monkeypatch.setattr(datasets, "load_dataset", local_wmt14)
+    corpus = load_corpus(config.data)
+    assert asked == [("wmt14", "de-en")]
+    assert corpus["test"].src == [en for _, en in PAIRS] and corpus["test"].tgt == [de for de, _ in PAIRS]
