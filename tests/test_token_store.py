@@ -164,10 +164,10 @@ def test_cleaning_rules_count_what_each_drops():
     tgt = [4, 5, 3, 40, 19, 4, 4]
     hashes = np.array([7, 1, 2, 3, 4, 7, 8], dtype=np.uint64)  # pair 5 repeats pair 0
     kept, counts = clean_pairs(src, tgt, hashes, DataConfig(max_len=100, max_ratio=3.0, dedup=True))
-    assert kept == [0, 4, 6]
+    assert kept.tolist() == [0, 4, 6]
     assert counts == {"pairs": 7, "empty": 1, "too_long": 1, "ratio": 1, "duplicate": 1, "kept": 3}
     kept, counts = clean_pairs(src, tgt, hashes, DataConfig(max_len=100))
-    assert kept == [0, 3, 4, 5, 6] and counts["ratio"] == counts["duplicate"] == 0
+    assert kept.tolist() == [0, 3, 4, 5, 6] and counts["ratio"] == counts["duplicate"] == 0
 
 
 # ---------------------------------------------------------------- the main job's data, unchanged
@@ -189,7 +189,7 @@ def test_the_store_gives_the_ids_and_pairs_the_old_in_memory_path_gave(tmp_path)
     splits = encode_corpus(corpus, tokenizer, config, store)
     src, tgt = encode_split(in_memory.head(4000), tokenizer)
     old_keep = [i for i, (s, t) in enumerate(zip(src, tgt)) if len(s) + 1 <= 128 and len(t) + 1 <= 128]
-    assert splits.train_indices == old_keep
+    assert splits.train_indices.tolist() == old_keep
     assert all(splits.train[0][i] == src[i] and splits.train[1][i] == tgt[i] for i in range(0, 4000, 7))
     assert splits.cleaning["pairs"] == 4000 and splits.cleaning["kept"] == len(old_keep)
 

@@ -113,7 +113,7 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
                 f"{run_dir / 'last.pt'} was trained by {run.state.world_size} processes; resume with as many"
             )
     run.state.world_size = runtime.world_size
-    if not splits.train_indices:
+    if len(splits.train_indices) == 0:
         raise DataError(f"no training pair is left: {cleaning_line(splits.cleaning, config.data)}")
     run.started = time.perf_counter() - run.state.train_seconds
     run.never_targets = model.never_produced
