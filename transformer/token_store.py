@@ -136,7 +136,10 @@ def _encoded(chunks: Iterable, model_proto: bytes, workers: int) -> Iterator[tup
         _start_worker(model_proto)
         yield from map(_encode_chunk, chunks)
         return
-    context = multiprocessing.get_context("spawn")  # no fork of a process that may hold torch's threads
+    # fork where there is one: a spawned worker would import the training script again (torch and all); the
+    # workers run SentencePiece only, never torch, so no thread of the parent is needed in them
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     with context.Pool(workers, initializer=_start_worker, initargs=(model_proto,)) as pool:
         yield from pool.imap(_encode_chunk, chunks)
 
