@@ -14,6 +14,7 @@ import pytest
 
 from transformer import multi30k
 from transformer.corpus import DataError
+from transformer.token_store import file_digest
 
 
 class MirrorHandler(http.server.SimpleHTTPRequestHandler):
@@ -83,7 +84,7 @@ def test_a_full_download_verifies_every_file_and_nothing_is_fetched_twice(server
     assert sorted(server.requests) == sorted(names)
     assert sorted(path.name for path in download_dir().iterdir()) == sorted(names)  # no temp file left
     expected = multi30k.sha256sums()
-    assert all(multi30k.sha256(download_dir() / name) == expected[name] for name in names)
+    assert all(file_digest(download_dir() / name) == expected[name] for name in names)
     assert "match their SHA-256 sums" in capsys.readouterr().out
 
     server.requests.clear()

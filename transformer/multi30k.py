@@ -13,7 +13,6 @@ twelve files before anything else runs.
 """
 
 import argparse
-import hashlib
 import http.client
 import os
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from transformer.corpus import Corpus, DataError, check_languages, load_parallel_text
+from transformer.token_store import file_digest
 
 LANGUAGES = ("en", "de", "fr", "cs")
 FILE_STEMS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}  # split: file stem
@@ -61,16 +61,8 @@ def base_url() -> str:
     return url if url.endswith("/") else url + "/"
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def check_sha256(path: Path, expected: str, name: str | None = None) -> None:
-    actual = sha256(path)
+    actual = file_digest(path)
     if actual != expected:
         raise DataError(
             f"{name or path}: SHA-256 mismatch, expected {expected}, got {actual} "
