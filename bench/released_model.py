@@ -5,25 +5,30 @@
 
 ``from_marian`` turns the Marian model into ours (same weights). For ONE sentence, right-padded with
 ``--pad`` pad tokens (as in a batch beside a longer sentence), the script prints (layers and heads counted
-from 0, as the block names; the tables are in ``released_tables.py``):
+from 0, as the block names; the tables are in ``released_tables.py``) the shapes of one attention block's
+projections and its parameters counted on the model, then:
 
 1. the per-block differences between our ``MultiHeadAttention`` and Marian's own ``MarianAttention``:
    encoder self (padding mask), decoder self (causal mask), cross (padding mask). Forward hooks catch every
    block's output and weights in both models, each running its own forward pass;
 2. the plain float32 formula (``x @ W + b`` with ``W = q_proj.weight.T`` etc., scores divided by √d_k, -inf
-   mask) on the three blocks of layer 0, fed the inputs Marian's blocks received, beside ours;
+   mask) on the three blocks of layer 0, fed the inputs Marian's blocks received, beside ours; the three
+   uses' shapes (input -> weights -> output) and their largest |output|;
 3. for one source token (``--query-token``), the top 2 keys of each head of one encoder layer's
    self-attention (``--encoder-layer``, default 0);
 4. the top source token of each head (and of their mean) of one decoder layer's cross-attention
    (``--layer``, default the penultimate), a row per decoder position: the token it reads -> the token it
-   predicts;
+   predicts; then, for one row (``--target-token``, the token it reads) of one layer (``--cross-layer``),
+   the top 3 source tokens of the heads' mean;
 5. the word alignment from that layer's cross-attention, heads averaged, sub-words merged into words
    (``transformer.alignment``: the rule ``translate.py --alignments`` uses);
 6. the last decoder layer's self-attention, heads averaged (its first 5 × 5), and the largest weight any
    decoder self-attention gives the future;
 7. what each of the eight classic mistakes of ``bench/mistakes.py`` does to each block: every block of
    ours is fed the inputs Marian's block received (caught by forward pre-hooks) and computed correctly and
-   then with each mistake; the figure is the max |difference| from Marian's block output.
+   then with each mistake; the figure is the max |difference| from Marian's block output;
+8. the walk-through's mistakes 1 (no scale: top weights with and without it) and 3 (split or merge without
+   the transpose: the shapes look right) on part 3's encoder block, as the walk-through computes them.
 
 The translation is our greedy one (checked against ``generate(num_beams=1)``) unless ``--target`` gives one
 to teacher-force. Offline (no Hugging Face Hub access and nothing in its cache), ``hf:NAME`` falls back,
@@ -44,7 +49,8 @@ from urllib.parse import urlparse
 
 import released_tables as tables
 import torch
-from mistakes import MISTAKES, multi_head_with
+import torch.nn.functional as F
+from mistakes import MISTAKES, attend, merge_no_transpose, multi_head_with, split_no_transpose
 
 from transformer.alignment import WORD_START
 from transformer.attention import merge_heads, split_heads
@@ -108,8 +114,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "end (default: the penultimate)")  # fmt: skip
     parser.add_argument("--encoder-layer", type=int, help="encoder layer of part 3, from 0, negative from "
                         "the end (default: 0, the first)")  # fmt: skip
-    parser.add_argument("--query-token", help="source piece of part 3, with or without its leading ▁ "
+    parser.add_argument("--query-token", help="source piece of parts 3 and 8, with or without its leading ▁ "
                         "(default: the first of the longest pieces that start a word)")  # fmt: skip
+    parser.add_argument("--cross-layer", type=int, help="decoder layer of part 4's top 3, from 0 (default: "
+                        "--layer's)")  # fmt: skip
+    parser.add_argument("--target-token", help="the piece read by the row of part 4's top 3, matched as "
+                        "--query-token (default: the first of the longest word starts read)")  # fmt: skip
     parser.add_argument("--max-len-offset", type=int, default=50)
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     return parser.parse_args(argv)
@@ -289,16 +299,17 @@ def layer_index(flag: str, value: int | None, count: int, stack: str, default: i
     return value % count
 
 
-def query_position(pieces: list[str], text: str | None) -> int:
-    """The first source piece spelled ``text``, as a word start (▁text) first, then as written; by default
-    the first of the longest pieces that start a word."""
+def query_position(pieces: list[str], text: str | None, flag: str = "--query-token",
+                   where: str = "the source") -> int:  # fmt: skip
+    """The first piece spelled ``text``, as a word start (▁text) first, then as written; by default the
+    first of the longest pieces that start a word."""
     if text is None:
         starts = [i for i, piece in enumerate(pieces) if piece.startswith(WORD_START)] or range(len(pieces))
         return max(starts, key=lambda i: len(pieces[i]))
     for spelling in (WORD_START + text.removeprefix(WORD_START), text):
         if spelling in pieces:
             return pieces.index(spelling)
-    raise WalkThroughError(f"--query-token {text}: not a piece of the source; its pieces: {pieces}")
+    raise WalkThroughError(f"{flag} {text}: not a piece of {where}; its pieces: {pieces}")
 
 
 def translation(ours, released: Released, src: torch.Tensor, args, log=print) -> tuple[list[int], bool]:
@@ -356,9 +367,9 @@ def marian_io(marian: tuple[dict, dict], name: str) -> tuple[torch.Tensor, torch
     return hidden, hidden if key_value is None else key_value, their_outputs[name][0]
 
 
-def plain_formula(block, x_q: torch.Tensor, x_kv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def plain_formula(block, x_q: torch.Tensor, x_kv: torch.Tensor, mask: torch.Tensor) -> tuple:
     """The walk-through's plain formula on one MarianAttention: its nn.Linear weights (out, in) read as the
-    paper's x @ W matrices, Eq. 1 with / √d_k, the mask as -inf. -> output (1, Tq, D)."""
+    paper's x @ W matrices, Eq. 1 with / √d_k, the mask as -inf. -> (output (1, Tq, D), weights)."""
     H = block.num_heads
     W_Q, W_K, W_V, W_O = (p.weight.T for p in (block.q_proj, block.k_proj, block.v_proj, block.out_proj))
     Q = split_heads(x_q @ W_Q + block.q_proj.bias, H)  # (1, H, Tq, Dh)
@@ -366,21 +377,47 @@ def plain_formula(block, x_q: torch.Tensor, x_kv: torch.Tensor, mask: torch.Tens
     V = split_heads(x_kv @ W_V + block.v_proj.bias, H)  # (1, H, Tk, Dh)
     scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))  # (1, H, Tq, Tk)
     weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)  # (1, H, Tq, Tk)
-    return merge_heads(weights @ V) @ W_O + block.out_proj.bias  # (1, Tq, D)
+    return merge_heads(weights @ V) @ W_O + block.out_proj.bias, weights  # (1, Tq, D), (1, H, Tq, Tk)
 
 
 def plain_rows(pairs: dict, marian: tuple[dict, dict], masks: dict) -> dict[str, dict[str, float]]:
-    """The blocks of layer 0, ours and the plain formula fed Marian's inputs: max |Δ| from its output."""
+    """The blocks of layer 0, ours and the plain formula fed Marian's inputs: max |Δ| from its output, and
+    the plain formula's shapes (query input, key and value input, weights, output)."""
     rows = {}
     for name in ("encoder.0.self", "decoder.0.self", "decoder.0.cross"):
         ours, theirs, kind = pairs[name]
         hidden, key, want = marian_io(marian, name)
+        out, weights = plain_formula(theirs, hidden, key, masks[kind])  # (1, Tq, D), (1, H, Tq, Tk)
         rows[name] = {
             "ours": max_diff(ours(hidden, key, key, masks[kind])[0], want),
-            "plain": max_diff(plain_formula(theirs, hidden, key, masks[kind]), want),
+            "plain": max_diff(out, want),
             "scale": want.abs().max().item(),
+            "kind": kind,
+            "shapes": [tuple(x.shape) for x in (hidden, key, weights, out)],
         }
     return rows
+
+
+def text_mistakes(block, x: torch.Tensor, want: torch.Tensor, mask: torch.Tensor) -> dict:
+    """The walk-through's mistakes 1 and 3 on one encoder self-attention block of ours, fed Marian's input x
+    (1, S, D), each against Marian's output ``want``: the weights without the scale, the heads split with
+    view(B, H, S, Dh) and no transpose (and merged back by reshape, as the walk-through does), the right
+    split merged by reshape."""
+    H, D, w, b = block.n_heads, block.d_model, block.qkv_proj.weight, block.qkv_proj.bias
+    right, weights = block(x, x, x, mask)  # (1, S, D), (1, H, S, S)
+    no_scale, no_scale_weights = multi_head_with(block, x, x, mask, "encoder", "no_scale")  # (1, H, S, S)
+    projected = [F.linear(x, w[i * D : (i + 1) * D], b[i * D : (i + 1) * D]) for i in range(3)]  # (1, S, D)
+    q, k, v = (split_no_transpose(p, H) for p in projected)  # (1, H, S, Dh) each, tokens mixed
+    heads, _ = attend(q, k, v, mask)  # (1, H, S, Dh)
+    split = block.out_proj(merge_no_transpose(heads))  # (1, S, D)
+    merge, _ = multi_head_with(block, x, x, mask, "encoder", "merge_no_transpose")  # (1, S, D)
+    right_split = split_heads(projected[0], H)  # (1, H, S, Dh)
+    return {
+        "weights": weights[0], "no_scale_weights": no_scale_weights[0], "no_scale": max_diff(no_scale, want),
+        "split_shapes": [tuple(z.shape) for z in (q, k, v)], "right_split": tuple(right_split.shape),
+        "split": max_diff(split, want), "merge_shape": tuple(merge.shape), "right_shape": tuple(right.shape),
+        "merge": max_diff(merge, want), "right": max_diff(right, want),
+    }  # fmt: skip
 
 
 def mistake_rows(pairs: dict, marian: tuple[dict, dict], masks: dict) -> dict[str, dict]:
@@ -399,12 +436,6 @@ def mistake_rows(pairs: dict, marian: tuple[dict, dict], masks: dict) -> dict[st
     return rows
 
 
-def future_weight(our_outputs: dict, n_layers: int) -> float:
-    """The largest weight above the diagonal (a key in the query's future) of every decoder self-attention."""
-    weights = [our_outputs[f"decoder.{i}.self"][1] for i in range(n_layers)]  # (1, H, T, T) each
-    return max(w.triu(diagonal=1).abs().max().item() for w in weights)
-
-
 @dataclass
 class Sentence:
     """The source, padded, and the decoder's rows: row i reads ``read[i]`` and predicts ``predicted[i]``."""
@@ -421,7 +452,6 @@ def sentence(released: Released, ours, args, log=print) -> Sentence:
     """The source padded with --pad pad tokens and its translation (see ``translation``), both logged."""
     pad, eos = released.hf_model.config.pad_token_id, released.hf_model.config.eos_token_id
     src_ids = released.encode_source(args.source)  # with EOS
-    log(f"model: {released.description}")
     log(f"source: {args.source}\nsource pieces: {released.pieces(src_ids)} + {args.pad} × <pad>")
     src = torch.tensor([src_ids + [pad] * args.pad])  # (1, S + pad)
     hyp, ended = translation(ours, released, src, args, log)
@@ -431,17 +461,29 @@ def sentence(released: Released, ours, args, log=print) -> Sentence:
     return Sentence(src, released.pieces(src_ids), tgt_in, read, released.pieces(predicted), len(hyp))
 
 
-def walk_through(released: Released, args: argparse.Namespace, log=print) -> dict:
-    """The seven parts for one sentence; returns their figures."""
-    hf_model = released.hf_model.to(getattr(torch, args.dtype)).eval()
-    n_encoder, n_decoder = hf_model.config.encoder_layers, hf_model.config.decoder_layers
+def choices(hf_config, src_pieces: list[str], args: argparse.Namespace) -> dict:
+    """The layers and the source token asked for, checked before anything runs."""
+    n_encoder, n_decoder = hf_config.encoder_layers, hf_config.decoder_layers
     layer = layer_index("--layer", args.layer, n_decoder, "decoder", max(n_decoder - 2, 0))
-    encoder_layer = layer_index("--encoder-layer", args.encoder_layer, n_encoder, "encoder", 0)
+    return {
+        "layer": layer,
+        "cross_layer": layer_index("--cross-layer", args.cross_layer, n_decoder, "decoder", layer),
+        "encoder_layer": layer_index("--encoder-layer", args.encoder_layer, n_encoder, "encoder", 0),
+        "query": query_position(src_pieces, args.query_token),
+    }
+
+
+def walk_through(released: Released, args: argparse.Namespace, log=print) -> dict:
+    """The eight parts for one sentence; returns their figures."""
+    hf_model = released.hf_model.to(getattr(torch, args.dtype)).eval()
     src_pieces = released.pieces(released.encode_source(args.source))
-    query = query_position(src_pieces, args.query_token)
+    pick = choices(hf_model.config, src_pieces, args)
     ours = from_marian(hf_model).eval()
+    pairs, pad = attention_pairs(ours, hf_model), hf_model.config.pad_token_id
+    log(f"model: {released.description}")
+    tables.print_layout(pairs, hf_model.config, log)
     s = sentence(released, ours, args, log)
-    pairs, pad, S = attention_pairs(ours, hf_model), hf_model.config.pad_token_id, len(s.src_pieces)
+    pick["target"] = query_position(s.read, args.target_token, "--target-token", "the decoder's input")
     rows, our_outputs, marian = block_differences(pairs, ours, hf_model, s.src, s.tgt_in, pad)
     tables.print_blocks(rows, args.dtype, log)
     masks = {
@@ -451,22 +493,15 @@ def walk_through(released: Released, args: argparse.Namespace, log=print) -> dic
     }
     plain = plain_rows(pairs, marian, masks)
     tables.print_plain(plain, args.dtype, log)
-    encoder = our_outputs[f"encoder.{encoder_layer}.self"][1][0, :, :S, :S].float()  # (H, S, S)
-    tables.print_encoder_heads(encoder, src_pieces, query, encoder_layer, n_encoder, log)
-    title = tables.layer_title("decoder", layer, n_decoder)
-    cross = our_outputs[f"decoder.{layer}.cross"][1][0, :, :, :S].float()  # (H, T, S)
-    labels = tables.row_labels(s.read, s.predicted)
-    tables.print_top_sources(cross, src_pieces, labels, title, log)
-    targets = s.predicted[: s.n_target]  # without EOS
-    alignment = tables.print_alignment(cross.mean(dim=0), src_pieces[:-1], targets, title, log)
-    future = future_weight(our_outputs, n_decoder)
-    last = our_outputs[f"decoder.{n_decoder - 1}.self"][1][0].float().mean(dim=0)  # (T, T)
-    last_title = tables.layer_title("decoder", n_decoder - 1, n_decoder)
-    tables.print_decoder_self(last, labels, future, last_title, log=log)
+    figures = tables.print_reading(our_outputs, s, pick, hf_model.config, log)
     mistakes = mistake_rows(pairs, marian, masks)
     tables.print_mistakes(mistakes, log)
-    return {"blocks": rows, "plain": plain, "mistakes": mistakes, "alignment": alignment, "layer": layer,
-            "encoder_layer": encoder_layer, "query": query, "future": future, "labels": labels}  # fmt: skip
+    name = f"encoder.{pick['encoder_layer']}.self"
+    hidden, _, want = marian_io(marian, name)
+    text = text_mistakes(pairs[name][0], hidden, want, masks["encoder"])
+    title = tables.layer_title("encoder", pick["encoder_layer"], hf_model.config.encoder_layers)
+    tables.print_text_mistakes(text, s.src_pieces, pick["query"], title, log)
+    return {"blocks": rows, "plain": plain, "mistakes": mistakes, "text_mistakes": text, **pick, **figures}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,12 @@
-"""bench/released_model.py on its random seeded fallback (the Hub is never contacted): the seven parts are
-printed, our attention equals Marian's block for block, the plain formula differs by float32 rounding only,
-no decoder row sees the future, rows say what they read and predict, and each classic mistake is far off."""
+"""bench/released_model.py on its random seeded fallback (the Hub is never contacted): the header and the
+eight parts are printed, our attention equals Marian's block for block, the plain formula differs by float32
+rounding only, no decoder row sees the future, rows say what they read and predict, each classic mistake is
+far off, and the walk-through's own figures (block shapes and parameters, the three uses, a row's top 3
+source tokens, mistakes 1 and 3) agree with the tables they restate."""
 
 import contextlib
 import io
+import math
 import re
 import sys
 from pathlib import Path
@@ -22,6 +25,7 @@ BLOCKS = ["encoder.0.self", "encoder.1.self", "decoder.0.self", "decoder.0.cross
           "decoder.1.cross"]  # fmt: skip
 LAYER_0 = ["encoder.0.self", "decoder.0.self", "decoder.0.cross"]
 NUMBER = r"(\d\.\d\de[+-]\d\d)"
+SHAPE = r"\(([\d, ]+)\)"
 # The reference the random fallback teacher-forces, as its SentencePiece pieces, then EOS.
 PREDICTED = ["▁Zwei", "▁j", "unge", "▁H", "unde", "▁spielen", "▁im", "▁Sch", "nee", ".", "</s>"]
 
@@ -41,6 +45,18 @@ def default_run() -> str:
 
 def section(output: str, number: int) -> str:
     return output.split(f"== {number}.")[1].split("\n== ")[0]
+
+
+def shapes(line: str) -> list[tuple[int, ...]]:
+    return [tuple(int(n) for n in shape.split(", ")) for shape in re.findall(SHAPE, line)]
+
+
+def three_uses(text: str) -> dict[str, list[tuple[int, ...]]]:
+    """{block: [its shapes, in the order printed]} of part 2's lines on the three uses."""
+    return {
+        m.group(1): shapes(m.group(2))
+        for m in re.finditer(r"^  [\w -]+\(((?:en|de)coder\.0\.\w+)\): (.*)$", text, re.M)
+    }
 
 
 def table(text: str, columns: int) -> dict[str, list[float]]:
@@ -78,7 +94,7 @@ def test_walk_through_on_the_random_model(default_run):
     assert "decoder layer 0 (from 0; layer 1 of 2 counted from 1)" in heads[0]  # the penultimate
     assert heads[1].split()[:6] == ["read", "->", "predicted", "mean", "of", "heads"]
     assert heads[1].split()[6:] == [w for h in range(8) for w in ("head", str(h))]
-    assert len(heads) == 2 + len(PREDICTED)  # a row per decoder position, EOS's included
+    assert len(heads) == 2 + len(PREDICTED) + 1  # a row per decoder position, EOS's included; the top 3
     alignment = section(out, 5)
     targets = re.findall(r"^(\d+):(\S+)", alignment, re.M)
     assert [w for _, w in targets] == ["Zwei", "junge", "Hunde", "spielen", "im", "Schnee."]
@@ -130,13 +146,20 @@ def test_decoder_rows_are_labelled_read_then_predicted(default_run):
     assert [line.split("  ")[0] for line in self_rows] == labels[:5]
 
 
-def test_encoder_heads_for_a_query_token():
+@pytest.fixture(scope="module")
+def chosen_run() -> str:
+    """Every choice away from its default: float64, no padding, the last encoder layer, the query '▁are',
+    decoder layer 1 for parts 4 and 5, and decoder layer 0's row reading '▁Zwei' for the top 3."""
+    return run(["--model", "random", "--dtype", "float64", "--encoder-layer", "-1", "--query-token", "are",
+                "--layer", "1", "--pad", "0", "--cross-layer", "0", "--target-token", "Zwei"])  # fmt: skip
+
+
+def test_encoder_heads_for_a_query_token(chosen_run):
     pieces = ["▁Two", "▁yo", "ung", "▁d", "ogs", "▁are", "▁playing", "</s>"]
     assert released_model.query_position(pieces, None) == 6  # the longest word start
     assert released_model.query_position(pieces, "d") == released_model.query_position(pieces, "▁d") == 3
     assert released_model.query_position(pieces, "ogs") == 4
-    out = run(["--model", "random", "--dtype", "float64", "--encoder-layer", "-1", "--query-token", "are",
-               "--layer", "1"])  # fmt: skip
+    out = chosen_run
     lines = section(out, 3).splitlines()
     assert "encoder layer 1 (from 0; layer 2 of 2 counted from 1)" in lines[0]
     assert "query '▁are' (position 5): top 2 keys per head" in lines[0]
@@ -149,12 +172,143 @@ def test_encoder_heads_for_a_query_token():
         assert output <= 1e-12 and formula <= 1e-12  # float64
 
 
+def test_the_header_counts_one_blocks_parameters_on_the_model(default_run, monkeypatch):
+    header = default_run.split("\n== 1.")[0]
+    layout = "d_model 128, heads 8, d_k = d_v = 16, encoder layers 2, decoder layers 2; one attention block"
+    assert f"\n{layout} (encoder.0.self):\n" in header
+    for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        assert f"\n  {proj:<8} weight (128, 128)\n" in header, proj
+    count = re.search(
+        r"^parameters in one multi-head attention block: ([\d,]+) \(4 x (\d+) x \d+ \+ 4 x \d+ = ([\d,]+)\); "
+        r"the same in all (\d+) blocks: yes$",
+        header,
+        re.M,
+    )
+    counted, D, formula, blocks = (int(g.replace(",", "")) for g in count.groups())
+    assert counted == formula == 4 * D * D + 4 * D == 66_048 and blocks == len(BLOCKS)
+    monkeypatch.setattr(released_model, "REDUCED", dict(encoder_layers=1, decoder_layers=1))  # width 512
+    out = run(["--model", "random", "--pad", "0"])
+    # the walk-through's shapes and count, at opus-mt's width
+    assert "\n  q_proj   weight (512, 512)\n" in out
+    assert "block: 1,050,624 (4 x 512 x 512 + 4 x 512 = 1,050,624); the same in all 3 blocks: yes\n" in out
+
+
+def test_the_three_uses_shapes_and_largest_outputs(default_run, chosen_run):
+    for out, S in ((default_run, 13 + 3), (chosen_run, 13)):  # --pad 3 (the default) and --pad 0
+        text, T, D, H = section(out, 2), len(PREDICTED), 128, 8
+        assert three_uses(text) == {
+            "encoder.0.self": [(1, S, D), (1, H, S, S), (1, S, D)],
+            "decoder.0.self": [(1, T, D), (1, H, T, T), (1, T, D)],
+            "decoder.0.cross": [(1, T, D), (1, S, D), (1, H, T, S), (1, T, D)],
+        }
+        cross = f"queries (1, {T}, {D}) from the decoder, keys and values (1, {S}, {D}) from the encoder"
+        assert f"(decoder.0.cross): {cross} -> weights" in text
+        largest = re.search(
+            r"^largest \|output\| of each block: encoder self-attention (\S+), decoder self-attention (\S+), "
+            r"cross-attention (\S+)$",
+            text,
+            re.M,
+        )
+        rows = [line for line in text.splitlines() if re.match(r"(en|de)coder\.0\.", line)]
+        scales = [float(line.split()[-1]) for line in rows]  # the max|output| column
+        assert [float(x) for x in largest.groups()] == [round(scale, 1) for scale in scales]
+
+
+def top_keys(line: str, title: str, read: str, label: str) -> tuple[list[str], list[float]]:
+    """The top 3 (source token, weight) of part 4's last line, checked for its layer and row."""
+    head = f"{title} cross-attention, query '{read}' (row {label}), mean of 8 heads, top keys: "
+    assert line.startswith(head), line
+    top = re.fullmatch(r"\[" + ", ".join([r"\('(\S+)', (\d\.\d\d)\)"] * 3) + r"\]", line[len(head) :])
+    return list(top.groups()[::2]), [float(w) for w in top.groups()[1::2]]
+
+
+def test_one_rows_top_3_source_tokens(default_run, chosen_run):
+    """By default the row reading '▁spielen' (the longest word start read) of --layer's layer: its top 1 is
+    the mean-of-heads cell of part 4's table. --cross-layer 0 --target-token Zwei: that layer and row."""
+    lines = section(default_run, 4).splitlines()
+    layer_0 = "decoder layer 0 (from 0; layer 1 of 2 counted from 1)"
+    keys, weights = top_keys(lines[-1], layer_0, "▁spielen", "▁spielen -> ▁im")
+    assert weights == sorted(weights, reverse=True) and len(set(keys)) == 3 and sum(weights) <= 1.0
+    row = next(line for line in lines if line.startswith("▁spielen -> ▁im "))
+    assert row.split()[3:5] == [keys[0], f"{weights[0]:.2f}"]
+    lines = section(chosen_run, 4).splitlines()
+    assert "decoder layer 1 (from 0; layer 2 of 2" in lines[0]  # the table: --layer 1
+    keys, weights = top_keys(lines[-1], layer_0, "▁Zwei", "▁Zwei -> ▁j")  # the top 3: --cross-layer 0
+    assert weights == sorted(weights, reverse=True) and len(set(keys)) == 3
+    # layer 0 is the default run's table; padding changes no real row, so its cell is this top 1
+    row = next(line for line in section(default_run, 4).splitlines() if line.startswith("▁Zwei -> ▁j "))
+    assert row.split()[3:5] == [keys[0], f"{weights[0]:.2f}"]
+
+
+def test_the_walk_throughs_mistakes_1_and_3_restate_part_7(default_run, chosen_run):
+    """Mistake 1: no scale only sharpens (a softmax's top weight grows with the scale of its scores); head
+    0 is part 3's head 0, the output figure part 7's. Mistake 3: the shapes look right; the merge is part
+    7's."""
+    for out, layer, query, S in ((default_run, 0, "▁playing", 16), (chosen_run, 1, "▁are", 13)):
+        lines, rows = section(out, 8).splitlines(), mistakes_table(section(out, 7))
+        block = f"encoder.{layer}.self"
+        title = f"encoder layer {layer} (from 0; layer {layer + 1} of 2 counted from 1) self-attention"
+        assert title in lines[0]
+        head = re.fullmatch(
+            rf"  query '{query}', head 0: top weight (\S+) with the scale, (\S+) without", lines[2]
+        )
+        with_scale, without = float(head.group(1)), float(head.group(2))
+        assert with_scale == float(re.search(r"head 0: \[\('\S+', (\d\.\d\d)\)", section(out, 3)).group(1))
+        assert with_scale < without
+        largest = re.fullmatch(
+            r"  largest weight in any row, all heads: (\S+) with the scale, (\S+) without", lines[3]
+        )
+        largest_with, largest_without = float(largest.group(1)), float(largest.group(2))
+        assert with_scale <= largest_with + 0.005 and largest_with <= largest_without
+        assert lines[4] == f"  output: max |Δ| {rows['no 1/√d_k'][block]:.2e}"
+        assert lines[5] == "mistake 3, wrong axes:"
+        split = f"  split with view(batch, h, n, d_k), no transpose: shapes (1, 8, {S}, 16) (look right), "
+        split += "max |Δ| "
+        assert lines[6].startswith(split) and float(lines[6][len(split) :]) > 1e-3
+        merge = f"  right split, but merge with reshape and no transpose: output (1, {S}, 128) (looks right)"
+        assert lines[7] == f"{merge}, max |Δ| {rows['merge w/o transpose'][block]:.2e}"
+        assert lines[8] == f"  right split and right merge: max |Δ| {rows['ours'][block]:.2e}"
+
+
+def test_the_walk_throughs_mistakes_are_computed_as_it_writes_them():
+    """``text_mistakes`` against the walk-through's own code, written out here: x @ W + b, view(b, H, n, d_k)
+    with no transpose, softmax(Q K^T / √d_k) with -inf, reshape(b, n, d_model) @ W_O + b_O."""
+    D, H, n = 16, 4, 6
+    block = MultiHeadAttention(D, H).double().eval()
+    x = torch.randn(1, n, D, dtype=torch.float64)
+    mask = torch.ones(1, 1, 1, n, dtype=torch.bool)
+    mask[..., 4:] = False  # two padded keys
+    want = block(x, x, x, mask)[0]
+    w, b = block.qkv_proj.weight, block.qkv_proj.bias
+    W_Q, W_K, W_V = (w[i * D : (i + 1) * D].T for i in range(3))
+    b_Q, b_K, b_V = (b[i * D : (i + 1) * D] for i in range(3))
+    Q, K, V = ((x @ W + b).view(1, H, n, D // H) for W, b in ((W_Q, b_Q), (W_K, b_K), (W_V, b_V)))
+    scores = (Q @ K.transpose(-2, -1) / math.sqrt(D // H)).masked_fill(~mask, float("-inf"))  # (1, H, n, n)
+    heads = torch.softmax(scores, dim=-1) @ V  # (1, H, n, D // H), tokens mixed
+    wrong = heads.reshape(1, n, D) @ block.out_proj.weight.T + block.out_proj.bias  # (1, n, D)
+    figures = released_model.text_mistakes(block, x, want, mask)
+    assert abs(figures["split"] - (wrong - want).abs().max().item()) < 1e-12 and figures["split"] > 1e-3
+    assert figures["split_shapes"] == [(1, H, n, D // H)] * 3 == [figures["right_split"]] * 3
+    assert figures["merge_shape"] == figures["right_shape"] == (1, n, D) and figures["right"] == 0.0
+    Q, K = ((x @ W + b).view(1, n, H, D // H).transpose(1, 2) for W, b in ((W_Q, b_Q), (W_K, b_K)))
+    unscaled = (Q @ K.transpose(-2, -1)).masked_fill(~mask, float("-inf"))  # (1, H, n, n), right split
+    no_scale = figures["no_scale_weights"]  # (H, n, n)
+    assert torch.allclose(no_scale, torch.softmax(unscaled, dim=-1)[0])
+    assert (no_scale.amax(dim=-1) >= figures["weights"].amax(dim=-1) - 1e-12).all()  # sharper, every row
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["--query-token", "cat"], "error: --query-token cat: not a piece of the source; its pieces: ['▁"),
         (["--layer", "2"], "error: --layer 2: the model has 2 decoder layers, 0 to 1 (or -2 to -1 from"),
         (["--encoder-layer", "-3"], "error: --encoder-layer -3: the model has 2 encoder layers, 0 to 1"),
+        (["--cross-layer", "2"], "error: --cross-layer 2: the model has 2 decoder layers, 0 to 1 (or -2 to"),
+        (
+            ["--target-token", "Katze"],
+            "error: --target-token Katze: not a piece of the decoder's input; its "
+            "pieces: ['<pad>', '▁Zwei', '▁j', 'unge', ",
+        ),
     ],
 )
 def test_what_the_model_cannot_answer_is_a_one_line_error(argv, message, capsys):
