@@ -2,11 +2,12 @@
 training files (corpus.ParallelFiles) and the cleaning rules (data.clean_pairs)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import DATA_DIR, needs_data
+from conftest import DATA_DIR, ROOT, needs_data
 
 import transformer.data_cache as data_cache
 from transformer.config import DataConfig, load_config
@@ -198,3 +199,45 @@ def test_results_json_reports_the_cleaning(tiny_checkpoint):
     results = json.loads((tiny_checkpoint.parent / "results.json").read_text())
     counts = results["data_cleaning"]
     assert counts["pairs"] == 3000 and counts["kept"] == 3000 - counts["too_long"] - counts["empty"]
+
+
+def _build_in_another_process(args) -> str:
+    folder, src, tgt, model_proto = args
+    from pathlib import Path
+
+    tokenizer = Tokenizer.from_bytes(model_proto)
+    files = ParallelFiles(Path(folder) / "train.de", Path(folder) / "train.en")
+    data = DataConfig(cache_dir=str(Path(folder) / "cache"))
+    store = data_cache.train_store(
+        files, files.fingerprint(), tokenizer, data, Runtime(torch.device("cpu"), None)
+    )
+    return str(store.folder) if store.src[1] == tokenizer.encode(SRC[1]) else "wrong ids"
+
+
+def test_processes_building_the_same_entry_wait_for_each_other(tmp_path, tokenizer):
+    import multiprocessing
+
+    write_pair(tmp_path, SRC * 50, TGT * 50)
+    jobs = [(str(tmp_path), None, None, tokenizer.to_bytes())] * 4
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        folders = pool.map(_build_in_another_process, jobs)
+    assert len(set(folders)) == 1 and "wrong ids" not in folders
+    assert [p.name for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")] == [
+        Path(folders[0]).name
+    ]
+
+
+def test_bad_training_files_stop_the_run_before_its_folder_exists(tmp_path, capsys):
+    import train
+
+    for split, n in (("train", 30), ("valid", 5), ("test", 5)):
+        write_pair(tmp_path, SRC[:n], TGT[:n], name=f"c.{split}")
+    (tmp_path / "c.train.en").write_text("".join(t + "\n" for t in TGT[:29]), encoding="utf-8")
+    argv = ["--config", str(ROOT / "configs/tiny.yaml"), "--run-dir", str(tmp_path / "run"),
+            "--set", "data.dataset=text", "--set", f"data.text_prefix={tmp_path / 'c'}",
+            "--set", f"data.cache_dir={tmp_path / 'cache'}"]  # fmt: skip
+    assert train.main(argv) == 1
+    assert "parallel files differ in length" in capsys.readouterr().err and not (tmp_path / "run").exists()
+    (tmp_path / "c.train.en").write_bytes(b"")
+    assert train.main(argv) == 1
+    assert "c.train.en: file is empty" in capsys.readouterr().err and not (tmp_path / "run").exists()

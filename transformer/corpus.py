@@ -95,9 +95,13 @@ class ParallelFiles:
         return itertools.chain(iter_lines(self.src_path), iter_lines(self.tgt_path))
 
     def fingerprint(self) -> str:
-        """SHA-256 over the two files' own SHA-256 (their bytes, wherever they are)."""
-        digests = f"{file_digest(self.src_path)} {file_digest(self.tgt_path)}"
-        return hashlib.sha256(digests.encode()).hexdigest()
+        """SHA-256 over the two files' own SHA-256 (their bytes, wherever they are); an empty file, or files
+        of different lengths, are a ``DataError`` here, before any run folder is written."""
+        (src_sha, src_lines), (tgt_sha, tgt_lines) = file_facts(self.src_path), file_facts(self.tgt_path)
+        if src_lines != tgt_lines:
+            raise DataError(f"parallel files differ in length: {self.src_path} has {src_lines} lines, "
+                            f"{self.tgt_path} has {tgt_lines}")  # fmt: skip
+        return hashlib.sha256(f"{src_sha} {tgt_sha}".encode()).hexdigest()
 
     @cached_property
     def whole(self) -> ParallelText:
@@ -139,39 +143,47 @@ def split_lines(data: bytes, name: str, warn: Callable[[str], None] | None = Non
     lines = data.split(b"\n")
     if lines[-1] == b"":
         lines.pop()  # the newline that ends the last line does not start another one
-    texts = []
-    for n, line in enumerate(lines, start=1):
-        line = line.removesuffix(b"\r")
-        try:
-            texts.append(line.decode("utf-8"))
-        except UnicodeDecodeError as error:
-            if warn is None:
-                raise DataError(f"{name}: line {n} is not valid UTF-8 ({error.reason})") from error
-            warn(f"{name} line {n}: invalid UTF-8 ({error.reason}); undecodable bytes replaced by U+FFFD")
-            texts.append(line.decode("utf-8", errors="replace"))
-    return texts
+    return [decode_line(line, n, name, warn) for n, line in enumerate(lines, start=1)]
+
+
+def decode_line(line: bytes, n: int, name: str, warn: Callable[[str], None] | None = None) -> str:
+    """Line ``n`` of ``name`` (without its "\n") as text, a trailing "\r" dropped: ``split_lines``'s rules."""
+    line = line.removesuffix(b"\r")
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if warn is None:
+            raise DataError(f"{name}: line {n} is not valid UTF-8 ({error.reason})") from error
+        warn(f"{name} line {n}: invalid UTF-8 ({error.reason}); undecodable bytes replaced by U+FFFD")
+        return line.decode("utf-8", errors="replace")
 
 
 def read_lines(path: str | Path) -> list[str]:
     """All lines of a UTF-8 text file (plain, or gzip if the name ends in `.gz`); see ``split_lines``."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    if path.suffix == ".gz":
-        try:
-            with gzip.open(path, "rb") as f:
-                data = f.read()
-        except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError
-            raise DataError(f"{path}: corrupted gzip file ({error})") from error
+    return list(iter_lines(path))
+
+
+def file_facts(path: Path) -> tuple[str, int]:
+    """(SHA-256 of a text file's bytes, its number of lines); an empty file is a ``DataError``. A plain file
+    is read once; a `.gz` one is also read decompressed, to count its lines."""
+    if path.suffix != ".gz":
+        sha, lines, last = hashlib.sha256(), 0, b"\n"
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                sha.update(block)
+                lines, last = lines + block.count(b"\n"), block[-1:]
+        digest = sha.hexdigest()
+        lines += last != b"\n"  # a last line without its newline
     else:
-        data = path.read_bytes()
-    if not data:
+        digest, lines = file_digest(path), sum(1 for _ in iter_lines(path))
+    if lines == 0:
         raise DataError(f"{path}: file is empty")
-    return split_lines(data, str(path))
+    return digest, lines
 
 
 def iter_lines(path: str | Path) -> Iterator[str]:
-    """The lines of a UTF-8 text file (plain or `.gz`) one at a time, with ``split_lines``'s rules."""
+    """The lines of a UTF-8 text file (plain or `.gz`) one at a time, with ``split_lines``'s rules: THE
+    reader of text files; an empty or missing file is a ``DataError``."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
@@ -180,13 +192,10 @@ def iter_lines(path: str | Path) -> Iterator[str]:
     try:
         with opener(path, "rb") as f:
             for n, raw in enumerate(f, start=1):  # binary lines end at b"\n" only
-                line = raw.removesuffix(b"\n").removesuffix(b"\r")
-                try:
-                    yield line.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    raise DataError(f"{path}: line {n} is not valid UTF-8 ({error.reason})") from error
-    except (OSError, EOFError, zlib.error) as error:
-        raise DataError(f"{path}: corrupted gzip file ({error})") from error
+                yield decode_line(raw.removesuffix(b"\n"), n, str(path))
+    except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError
+        what = "corrupted gzip file" if path.suffix == ".gz" else "cannot be read"
+        raise DataError(f"{path}: {what} ({error})") from error
     if n == 0:
         raise DataError(f"{path}: file is empty")
 

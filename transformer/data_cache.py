@@ -20,7 +20,15 @@ from pathlib import Path
 from transformer.config import DataConfig
 from transformer.corpus import DataError, ParallelFiles, ParallelText
 from transformer.runtime import Runtime
-from transformer.token_store import CHUNK_PAIRS, FORMAT, TokenStore, build_store, open_store
+from transformer.token_store import (
+    CHUNK_PAIRS,
+    FORMAT,
+    TokenStore,
+    build_store,
+    cache_lock,
+    open_store,
+    publish,
+)
 from transformer.tokenizer import Tokenizer, train_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,21 +64,20 @@ def cached_tokenizer(
     settings = (data.vocab_size, data.tokenizer_type, data.character_coverage, data.tokenizer_sample)
     folder = cache_root(data) / f"tokenizer-{key_of('tokenizer', fingerprint, *settings)}"
     model = folder / "tokenizer.model"
-    if model.is_file():
+    with cache_lock(folder):
+        if model.is_file():
+            try:
+                Tokenizer(model)
+                return model
+            except (ValueError, RuntimeError, OSError):
+                log(f"data: {model} cannot be read: training it again")
+        building = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
         try:
-            Tokenizer(model)
-            return model
-        except (ValueError, RuntimeError, OSError):
-            log(f"data: {model} cannot be read: training it again")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
-        train_tokenizer(train.sentences(), building / "tokenizer", data.vocab_size, data.tokenizer_type,
-                        data.character_coverage, data.tokenizer_sample)  # fmt: skip
-        shutil.rmtree(folder, ignore_errors=True)
-        os.rename(building, folder)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
+            train_tokenizer(train.sentences(), building / "tokenizer", data.vocab_size, data.tokenizer_type,
+                            data.character_coverage, data.tokenizer_sample)  # fmt: skip
+            publish(building, folder)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
     return model
 
 
@@ -94,13 +101,14 @@ def train_store(
     folder = cache_root(data) / f"store-{key_of('store', FORMAT, fingerprint, model_sha)}"
     store = None
     if runtime.is_main:
-        store, why = open_store(folder)
-        if store is None:
-            if folder.exists():
-                log(f"data: the store in {folder} cannot be used ({why}): building it again")
-            chunks = train.chunks(CHUNK_PAIRS)
-            workers = workers_for(train, data)
-            store = build_store(folder, chunks, tokenizer.to_bytes(), tokenizer.vocab_size, workers)
+        with cache_lock(folder):
+            store, why = open_store(folder)
+            if store is None:
+                if folder.exists():
+                    log(f"data: the store in {folder} cannot be used ({why}): building it again")
+                chunks = train.chunks(CHUNK_PAIRS)
+                workers = workers_for(train, data)
+                store = build_store(folder, chunks, tokenizer.to_bytes(), tokenizer.vocab_size, workers)
     runtime.wait_for_main()
     if store is None:
         store, why = open_store(folder)

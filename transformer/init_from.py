@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from transformer.checkpoint import CheckpointError, load_checkpoint, tokenizer_from_tensor
-from transformer.config import Config, ConfigError, ModelConfig, config_from_dict
+from transformer.config import Config, ConfigError, ModelConfig, TrainConfig, config_from_dict
 from transformer.interop.released import is_released
 from transformer.tokenizer import Tokenizer
 
@@ -76,10 +76,13 @@ def with_source_model(config: Config, source: Source) -> Config:
     return dataclasses.replace(config, model=dataclasses.replace(theirs, dropout=mine.dropout))
 
 
-def start_from(source: Source, model: torch.nn.Module, optimizer: torch.optim.Optimizer, reset: bool) -> int:
-    """Load the source's weights (and, unless ``reset``, its optimizer state); returns the first step."""
+def start_from(
+    source: Source, model: torch.nn.Module, optimizer: torch.optim.Optimizer, train: TrainConfig
+) -> int:
+    """Load the source's weights (and, unless ``train.reset_optimizer``, its optimizer state: its moments,
+    with the run's own Adam settings); returns the first step."""
     model.load_state_dict(source.weights)
-    if reset:
+    if train.reset_optimizer:
         return 0
     if source.optimizer is None:
         raise ConfigError(
@@ -87,4 +90,8 @@ def start_from(source: Source, model: torch.nn.Module, optimizer: torch.optim.Op
             "(an inference-only checkpoint keeps only the weights)"
         )
     optimizer.load_state_dict(source.optimizer)
+    for group in optimizer.param_groups:  # load_state_dict brought the source's settings: the run's win
+        group.update(
+            betas=(train.adam_beta1, train.adam_beta2), eps=train.adam_eps, weight_decay=train.weight_decay
+        )
     return source.step

@@ -16,6 +16,7 @@ manifest, every file's size and its SHA-256, and answers why it will not use a s
 rebuilt, never used). Tokenizing runs in worker processes, a chunk of pairs at a time, with a progress bar.
 """
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -30,6 +31,11 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 from tqdm import tqdm
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: no lock there
+    fcntl = None
 
 FORMAT = 1
 FILES = ("src.bin", "tgt.bin", "src.len", "tgt.len", "pairs.hash")
@@ -48,6 +54,8 @@ class Side(Sequence):
         return len(self.lengths)
 
     def __getitem__(self, i: int) -> list[int]:
+        if not 0 <= i < len(self.lengths):
+            raise IndexError(f"sentence {i} of {len(self.lengths)}")
         return self.tokens[self.offsets[i] : self.offsets[i + 1]].tolist()
 
 
@@ -83,16 +91,22 @@ def open_store(folder: Path) -> tuple[TokenStore | None, str]:
         return None, "no store yet" if not folder.exists() else "no manifest (a partial store)"
     except (OSError, ValueError) as error:
         return None, f"unreadable manifest ({error})"
-    if manifest.get("format") != FORMAT:
-        return None, f"store format {manifest.get('format')}, this code reads {FORMAT}"
-    dtype, pairs = np.dtype(manifest["dtype"]), manifest["pairs"]
-    sizes = {"src.bin": manifest["tokens"]["src"] * dtype.itemsize, "tgt.bin": manifest["tokens"]["tgt"] *
-             dtype.itemsize, "src.len": 4 * pairs, "tgt.len": 4 * pairs, "pairs.hash": 8 * pairs}  # fmt: skip
+    found = manifest.get("format") if isinstance(manifest, dict) else None
+    if found != FORMAT:
+        return None, f"store format {found}, this code reads {FORMAT}"
+    try:
+        dtype, pairs = np.dtype(manifest["dtype"]), int(manifest["pairs"])
+        tokens = manifest["tokens"]
+        sizes = {"src.bin": tokens["src"] * dtype.itemsize, "tgt.bin": tokens["tgt"] * dtype.itemsize,
+                 "src.len": 4 * pairs, "tgt.len": 4 * pairs, "pairs.hash": 8 * pairs}  # fmt: skip
+        digests = {name: manifest["sha256"][name] for name in FILES}
+    except (KeyError, TypeError, ValueError) as error:
+        return None, f"an incomplete manifest ({error!r})"
     for name in FILES:
         path = folder / name
         if not path.is_file() or path.stat().st_size != sizes[name]:
             return None, f"{name} is missing or has the wrong size (a partial or damaged store)"
-        if file_digest(path) != manifest["sha256"][name]:
+        if file_digest(path) != digests[name]:
             return None, f"{name} does not match its SHA-256 (a corrupted store)"
 
     def array(name: str, kind) -> np.ndarray:
@@ -108,9 +122,12 @@ def open_store(folder: Path) -> tuple[TokenStore | None, str]:
 _processor: spm.SentencePieceProcessor | None = None
 
 
-def _start_worker(model_proto: bytes) -> None:
-    global _processor
-    _processor = spm.SentencePieceProcessor(model_proto=model_proto)
+_threads = -1  # SentencePiece's own threads per batch: all cores in this process, one in a pool worker
+
+
+def _start_worker(model_proto: bytes, threads: int = 1) -> None:
+    global _processor, _threads
+    _processor, _threads = spm.SentencePieceProcessor(model_proto=model_proto), threads
 
 
 def pair_hash(src: str, tgt: str) -> int:
@@ -123,7 +140,7 @@ def _encode_chunk(chunk: tuple[list[str], list[str]]) -> tuple[np.ndarray, ...]:
     src_lines, tgt_lines = chunk
     arrays = []
     for lines in (src_lines, tgt_lines):
-        ids = _processor.encode(lines)
+        ids = _processor.encode(lines, num_threads=_threads)
         flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.uint32)
         arrays += [flat, np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))]
     hashes = np.fromiter((pair_hash(s, t) for s, t in zip(src_lines, tgt_lines)), np.uint64, len(src_lines))
@@ -133,7 +150,7 @@ def _encode_chunk(chunk: tuple[list[str], list[str]]) -> tuple[np.ndarray, ...]:
 def _encoded(chunks: Iterable, model_proto: bytes, workers: int) -> Iterator[tuple[np.ndarray, ...]]:
     """The chunks encoded in order, by ``workers`` processes (0: in this one)."""
     if workers <= 0:
-        _start_worker(model_proto)
+        _start_worker(model_proto, threads=-1)
         yield from map(_encode_chunk, chunks)
         return
     # fork where there is one: a spawned worker would import the training script again (torch and all); the
@@ -144,11 +161,40 @@ def _encoded(chunks: Iterable, model_proto: bytes, workers: int) -> Iterator[tup
         yield from pool.imap(_encode_chunk, chunks)
 
 
+@contextlib.contextmanager
+def cache_lock(folder: Path) -> Iterator[None]:
+    """Hold ``<folder>.lock`` while checking and building ``folder``: a second process that wants the same
+    entry waits for the first one's, then opens it (no lock where the platform has no ``fcntl``)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "a") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def publish(building: Path, folder: Path) -> None:
+    """Move a finished folder into place (the caller holds ``cache_lock``); a damaged one in the way is moved
+    aside and deleted first. Readable by everyone the umask allows, not only by its owner."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(building, 0o777 & ~umask)
+    if folder.exists():
+        stale = folder.with_name(f".{folder.name}-stale-{os.getpid()}")
+        os.rename(folder, stale)
+        shutil.rmtree(stale, ignore_errors=True)
+    os.rename(building, folder)
+
+
 def build_store(
     folder: Path, chunks: Iterable[tuple[list[str], list[str]]], model_proto: bytes, vocab_size: int,
     workers: int, description: str = "tokenizing",
 ) -> TokenStore:  # fmt: skip
-    """Tokenize every pair of ``chunks`` into a store at ``folder`` (built aside, then renamed into place)."""
+    """Tokenize every pair of ``chunks`` into a store at ``folder`` (built aside, then renamed into place;
+    the caller holds ``cache_lock(folder)``)."""
     dtype = np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
     folder.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
@@ -171,9 +217,7 @@ def build_store(
                     "tokens": {"src": counts["src"], "tgt": counts["tgt"]},
                     "sha256": {name: file_digest(building / name) for name in FILES}}  # fmt: skip
         (building / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-        if folder.exists():  # a damaged store in the way (a good one would have been opened)
-            shutil.rmtree(folder)
-        os.rename(building, folder)
+        publish(building, folder)
     finally:
         shutil.rmtree(building, ignore_errors=True)
     store, why = open_store(folder)

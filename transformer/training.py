@@ -86,9 +86,9 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     config = with_source_model(config, source) if source else config
     corpus = load_corpus(config.data)  # before the run folder: bad data leaves nothing behind
     corpus |= load_test_sets(config.eval.test_sets, config.data)
+    fingerprint = corpus["train"].fingerprint()  # the training files' SHA-256: the cache's key; checks them
     prepare_run_dir(config, run_dir, runtime, resume, overwrite)
     torch.manual_seed(config.train.seed)
-    fingerprint = corpus["train"].fingerprint()  # the training files' SHA-256: the cache's key
     tokenizer = run_tokenizer(run_dir, corpus["train"], fingerprint, config, runtime, source)
     store = train_store(corpus["train"], fingerprint, tokenizer, config.data, runtime)
     splits = encode_corpus(corpus, tokenizer, config, store)
@@ -103,7 +103,7 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
         state=State(),
     )  # fmt: skip
     if source and not resume:
-        run.state.step = start_from(source, model, run.optimizer, config.train.reset_optimizer)
+        run.state.step = start_from(source, model, run.optimizer, config.train)
         run.ema = EMA(model, config.train.ema_decay) if config.train.ema_decay > 0 else None
     if resume:
         parts = run.optimizer, run.scaler, run.ema, config, runtime.rank
