@@ -130,12 +130,30 @@ def test_a_cached_tokenizer_is_trained_once_per_files_and_settings(tmp_path, mon
     def no_training(*args, **kwargs):
         raise AssertionError("trained again")
 
-    monkeypatch.setattr(data_cache, "train_tokenizer", no_training)
+    monkeypatch.setattr(data_cache, "train_elsewhere", no_training)
     assert data_cache.cached_tokenizer(files, files.fingerprint(), data) == first
     with pytest.raises(AssertionError, match="trained again"):
         data_cache.cached_tokenizer(
             files, files.fingerprint(), DataConfig(cache_dir=data.cache_dir, vocab_size=61)
         )
+
+
+def test_the_tokenizer_learns_in_its_own_process_and_its_errors_come_back_by_name(tmp_path):
+    files = write_pair(tmp_path, SRC, TGT)
+    data = DataConfig(cache_dir=str(tmp_path / "cache"), vocab_size=40)
+    model = data_cache.cached_tokenizer(files, files.fingerprint(), data)
+    in_process = train_tokenizer(SRC + TGT, tmp_path / "here", 40)  # the same sentences, in the same order
+    learnt, everything = Tokenizer(model), range(in_process.vocab_size)
+    assert learnt.id_to_piece(list(everything)) == in_process.id_to_piece(list(everything))
+    assert learnt.encode_batch(SRC + TGT) == in_process.encode_batch(SRC + TGT)
+    too_big = DataConfig(cache_dir=str(tmp_path / "cache"), vocab_size=5000)
+    with pytest.raises(DataError, match=r"vocab_size=5000.*Vocabulary size too high"):
+        data_cache.cached_tokenizer(files, files.fingerprint(), too_big)
+    (tmp_path / "bad").mkdir()
+    bad = write_pair(tmp_path / "bad", SRC, TGT)
+    bad.src_path.write_bytes(bad.src_path.read_bytes().replace("läuft".encode(), b"l\xe4uft", 1))
+    with pytest.raises(DataError, match=r"train.de: line 1 is not valid UTF-8"):
+        data_cache.cached_tokenizer(bad, bad.fingerprint(), data)
 
 
 def test_a_given_tokenizer_is_used_or_refused_by_name(tmp_path, tokenizer):

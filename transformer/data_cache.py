@@ -29,7 +29,8 @@ from transformer.token_store import (
     open_store,
     publish,
 )
-from transformer.tokenizer import Tokenizer, train_tokenizer
+from transformer.tokenizer import Tokenizer
+from transformer.tokenizer_job import train_elsewhere
 
 ROOT = Path(__file__).resolve().parent.parent
 AUTO_WORKERS_BYTES = 32 << 20  # a corpus smaller than this is tokenized in the training process
@@ -73,12 +74,22 @@ def cached_tokenizer(
                 log(f"data: {model} cannot be read: training it again")
         building = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
         try:
-            train_tokenizer(train.sentences(), building / "tokenizer", data.vocab_size, data.tokenizer_type,
-                            data.character_coverage, data.tokenizer_sample)  # fmt: skip
+            train_elsewhere(sentence_files(train, building), building / "tokenizer", *settings)
             publish(building, folder)
         finally:
             shutil.rmtree(building, ignore_errors=True)
     return model
+
+
+def sentence_files(train: ParallelText | ParallelFiles, folder: Path) -> list[Path]:
+    """The files a tokenizer learns from, in the order it always has: every source line, then every target
+    line. A split held in memory is written to ``folder`` first."""
+    if isinstance(train, ParallelFiles):
+        return [train.src_path, train.tgt_path]
+    path = folder / "sentences.txt"
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(line.replace("\n", " ") + "\n" for line in train.sentences())
+    return [path]
 
 
 def workers_for(train: ParallelText | ParallelFiles, data: DataConfig) -> int:
