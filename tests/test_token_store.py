@@ -259,3 +259,36 @@ def test_bad_training_files_stop_the_run_before_its_folder_exists(tmp_path, caps
     (tmp_path / "c.train.en").write_bytes(b"")
     assert train.main(argv) == 1
     assert "c.train.en: file is empty" in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_marian_tokenizer_stores_each_side_with_its_own_model(tmp_path, workers):
+    """A released model's tokenizer (two SentencePiece models, ids from vocab.json) in the store: sources by
+    source.spm, targets by target.spm, the same in worker processes; its bytes rebuild it exactly."""
+    transformers = pytest.importorskip("transformers")
+    from transformer.interop.marian_text import MarianText
+
+    source = train_tokenizer(SRC, tmp_path / "src", 40)
+    target = train_tokenizer(TGT, tmp_path / "tgt", 40)
+    pieces = dict.fromkeys(source.id_to_piece(list(range(4, 40))) + target.id_to_piece(list(range(4, 40))))
+    vocab = {"</s>": 0, "<unk>": 1} | {piece: 2 + i for i, piece in enumerate(pieces)}
+    vocab["<pad>"] = len(vocab)
+    folder = tmp_path / "marian"
+    folder.mkdir()
+    (folder / "source.spm").write_bytes(source.to_bytes())
+    (folder / "target.spm").write_bytes(target.to_bytes())
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"source_lang": "de", "target_lang": "en"}))
+    marian = MarianText(transformers.MarianTokenizer.from_pretrained(folder), vocab["<pad>"])
+    data = marian.to_bytes()
+    rebuilt = MarianText.from_bytes(data)
+    assert rebuilt.to_bytes() == data and rebuilt.pad_bos_eos == marian.pad_bos_eos == (
+        len(vocab) - 1,
+    ) * 2 + (0,)
+    store = build_store(
+        tmp_path / "store", write_pair(tmp_path, SRC, TGT).chunks(4), data, len(vocab), workers
+    )
+    for i in range(len(SRC)):
+        assert store.src[i] == marian.hf(text=SRC[i], add_special_tokens=False).input_ids
+        assert store.tgt[i] == marian.hf(text_target=TGT[i], add_special_tokens=False).input_ids
+    assert store.tgt[1] != marian.encode(TGT[1])  # the source side would encode that target otherwise

@@ -1,8 +1,9 @@
 """Checkpoints: plain dicts of tensors and primitives, written atomically, read with ``weights_only=True``.
 
 A checkpoint carries everything needed to rebuild the model and tokenizer alone: the resolved config, the
-model's state (unwrapped: no ``module.`` / ``_orig_mod.`` prefixes), the SentencePiece model as bytes, and,
-for resuming, the optimizer, step, epoch, data position and RNG state.
+model's state (unwrapped: no ``module.`` / ``_orig_mod.`` prefixes), the tokenizer as bytes (our
+SentencePiece model, or a Marian model's files), and, for resuming, the optimizer, step, epoch, data
+position and RNG state.
 """
 
 import os
@@ -16,7 +17,7 @@ import torch
 
 from transformer.config import Config, ConfigError, config_from_dict
 from transformer.model import build_model
-from transformer.tokenizer import Tokenizer
+from transformer.tokenizer import Tokenizer, tokenizer_from_bytes
 
 
 class CheckpointError(RuntimeError):
@@ -65,7 +66,8 @@ def tokenizer_to_tensor(tokenizer: Tokenizer) -> torch.Tensor:
 
 
 def tokenizer_from_tensor(data: torch.Tensor) -> Tokenizer:
-    return Tokenizer.from_bytes(bytes(data.numpy().tobytes()))
+    """Our SentencePiece model, or a fine-tuned Marian model's tokenizer (``tokenizer_from_bytes``)."""
+    return tokenizer_from_bytes(bytes(data.numpy().tobytes()))
 
 
 def load_for_inference(path: str | Path, device: str | torch.device = "cpu"):

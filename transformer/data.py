@@ -41,8 +41,9 @@ Item = TypeVar("Item")  # not `T`, which is the target length here
 
 
 def encode_split(split: ParallelText, tokenizer: Tokenizer) -> tuple[list[list[int]], list[list[int]]]:
-    """Token ids of every source and target sentence, without BOS / EOS (`collate` adds them)."""
-    return tokenizer.encode_batch(split.src), tokenizer.encode_batch(split.tgt)
+    """Token ids of every source and target sentence, without BOS / EOS (`collate` adds them); targets by the
+    tokenizer's ``target_side`` (the same one for a joint SentencePiece model)."""
+    return tokenizer.encode_batch(split.src), tokenizer.target_side.encode_batch(split.tgt)
 
 
 CLEANING_RULES = ("empty", "too_long", "ratio", "duplicate")

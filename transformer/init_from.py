@@ -1,13 +1,15 @@
-"""Fine-tuning: a run that starts from a trained model (``train.init_from: PATH``, a checkpoint of this
-project) instead of random weights.
+"""Fine-tuning: a run that starts from a trained model instead of random weights: ``train.init_from: PATH``,
+a checkpoint of this project, a Hugging Face Marian folder (an opus-mt model) or ``hf:NAME``.
 
 What comes from the source, and what from the run's own config:
 
-  source   the architecture (every ``model.*`` key but ``model.dropout``), the tokenizer and its special ids,
-           the weights (``model``: the moving average when the source kept one, as ``translate.py`` uses);
+  source   the architecture (every ``model.*`` key but ``model.dropout``), the tokenizer and its special ids
+           (a Marian model's own two SentencePiece models and vocabulary), the weights (``model``: the
+           moving average when the source kept one, as ``translate.py`` uses);
   run      the data, ``model.dropout``, and everything under ``train`` and ``eval``. The optimizer, the
            learning-rate schedule and the step count start fresh (``train.reset_optimizer: true``, the
-           default); ``false`` takes the source's optimizer state and step, to continue its schedule.
+           default); ``false`` takes the source's optimizer state and step, to continue its schedule (a
+           checkpoint of this project only: a released model has none).
 
 A ``model.*`` key the run's config sets to something other than its default and the source's value is a
 conflict, refused by name; so is ``data.tokenizer`` (the tokenizer is the source's). ``--resume`` of a
@@ -39,10 +41,7 @@ class Source:
 
 def load_source(path: str) -> Source:
     if is_released(path):
-        raise ConfigError(
-            f"train.init_from={path}: fine-tuning a released Marian model is not supported yet; give a "
-            "checkpoint of this project (train.py's best.pt or last.pt)"
-        )
+        return released_source(path)
     checkpoint = load_checkpoint(path)
     try:
         config = config_from_dict(checkpoint["config"])
@@ -51,6 +50,25 @@ def load_source(path: str) -> Source:
         raise CheckpointError(f"train.init_from={path}: not a checkpoint of this project ({error})") from None
     step = int(checkpoint.get("state", {}).get("step", 0))
     return Source(path, config, tokenizer, checkpoint["model"], checkpoint.get("optimizer"), step)
+
+
+def released_source(path: str) -> Source:
+    """A Hugging Face Marian folder or ``hf:NAME``: its weights through ``from_marian``, its own tokenizer
+    files and special ids (``marian_text.MarianText``); no optimizer state."""
+    from transformer.interop.released import load_released  # needs transformers
+
+    model, tokenizer, config = load_released(path)
+    try:
+        tokenizer.files  # noqa: B018 -- made here, so that a tokenizer that cannot be kept is refused now
+    except ValueError as error:
+        raise ConfigError(f"train.init_from={path}: {error}") from None
+    sizes = (model.encoder.embedding.embedding.num_embeddings, model.output_proj.out_features)
+    if sizes != (tokenizer.vocab_size, tokenizer.vocab_size):
+        raise ConfigError(
+            f"train.init_from={path}: the model's source and target vocabularies {sizes} are not its "
+            f"tokenizer's {tokenizer.vocab_size} pieces"
+        )
+    return Source(path, config, tokenizer, model.state_dict(), None, 0)
 
 
 def with_source_model(config: Config, source: Source) -> Config:

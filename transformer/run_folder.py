@@ -1,4 +1,5 @@
-"""A training run's folder: config.yaml (resolved), tokenizer.model, last.pt / best.pt, the TensorBoard
+"""A training run's folder: config.yaml (resolved), tokenizer.model (tokenizer.marian.zip when fine-tuned
+from a released Marian model), last.pt / best.pt, the TensorBoard
 events, test_hypotheses.txt and results.json. Rank 0 writes; the other ranks only read the tokenizer.
 """
 
@@ -14,14 +15,14 @@ from transformer.config import Config
 from transformer.corpus import ParallelFiles, ParallelText
 from transformer.data_cache import cached_tokenizer
 from transformer.runtime import Runtime
-from transformer.tokenizer import Tokenizer
+from transformer.tokenizer import Tokenizer, tokenizer_from_bytes
 
 
 class RunFolderError(RuntimeError):
     """The run folder cannot be used; the message says which and why."""
 
 
-RUN_FILES = ("config.yaml", "tokenizer.model", "last.pt", "best.pt", "results.json")
+RUN_FILES = ("config.yaml", "tokenizer.model", "tokenizer.marian.zip", "last.pt", "best.pt", "results.json")
 # what a run writes, all of which --overwrite removes (nothing else in the folder is touched)
 WRITTEN = RUN_FILES + (
     "tokenizer.vocab",
@@ -77,8 +78,12 @@ def run_tokenizer(
     """The run's joint SentencePiece model (§5.1: a shared vocabulary): ``data.tokenizer``, or the one the
     cache holds for these training files and settings (learnt there from both sides of the training split
     the first time; ``data_cache.py``), or a fine-tuning ``source``'s (``init_from.py``), copied into the run
-    folder by rank 0 on the first start; read back on resume and by every rank."""
-    path = run_dir / "tokenizer.model"
+    folder by rank 0 on the first start; read back on resume and by every rank. A released Marian source
+    brings its own tokenizer files, kept in ``tokenizer.marian.zip`` (``marian_text.py``)."""
+    released = source is not None and not isinstance(source.tokenizer, Tokenizer)
+    path = run_dir / ("tokenizer.marian.zip" if released else "tokenizer.model")
+    if (run_dir / "tokenizer.marian.zip").exists():  # a --resume of a run fine-tuned from a Marian model
+        path = run_dir / "tokenizer.marian.zip"
     if runtime.is_main and not path.exists() and source is not None:  # fine-tuning: the source's tokenizer
         path.write_bytes(source.tokenizer.to_bytes())
     elif runtime.is_main and not path.exists():
@@ -87,7 +92,7 @@ def run_tokenizer(
         if model.with_suffix(".vocab").is_file():  # the pieces and their scores, for people to read
             shutil.copyfile(model.with_suffix(".vocab"), path.with_suffix(".vocab"))
     runtime.wait_for_main()  # learning it may take longer than NCCL's timeout
-    return Tokenizer(path)
+    return tokenizer_from_bytes(path.read_bytes())
 
 
 def write_results(run_dir: Path, results: dict, hypotheses: list[str]) -> None:

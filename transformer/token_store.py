@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import sentencepiece as spm
 from tqdm import tqdm
+
+from transformer.tokenizer import tokenizer_from_bytes
 
 try:
     import fcntl
@@ -119,15 +120,15 @@ def open_store(folder: Path) -> tuple[TokenStore | None, str]:
 
 # -------- writing -------------------------------------------------------------------------------------------
 
-_processor: spm.SentencePieceProcessor | None = None
-
-
+_sides = None  # (source tokenizer, target tokenizer) of this process: the same SentencePiece model, or
+#                 a released Marian model's source and target sides
 _threads = -1  # SentencePiece's own threads per batch: all cores in this process, one in a pool worker
 
 
-def _start_worker(model_proto: bytes, threads: int = 1) -> None:
-    global _processor, _threads
-    _processor, _threads = spm.SentencePieceProcessor(model_proto=model_proto), threads
+def _start_worker(tokenizer_bytes: bytes, threads: int = 1) -> None:
+    global _sides, _threads
+    tokenizer = tokenizer_from_bytes(tokenizer_bytes)
+    _sides, _threads = (tokenizer, tokenizer.target_side), threads
 
 
 def pair_hash(src: str, tgt: str) -> int:
@@ -139,25 +140,25 @@ def _encode_chunk(chunk: tuple[list[str], list[str]]) -> tuple[np.ndarray, ...]:
     """(source lines, target lines) -> flat source ids, source lengths, flat target ids, lengths, hashes."""
     src_lines, tgt_lines = chunk
     arrays = []
-    for lines in (src_lines, tgt_lines):
-        ids = _processor.encode(lines, num_threads=_threads)
+    for side, lines in zip(_sides, (src_lines, tgt_lines)):
+        ids = side.encode_batch(lines, threads=_threads)
         flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.uint32)
         arrays += [flat, np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))]
     hashes = np.fromiter((pair_hash(s, t) for s, t in zip(src_lines, tgt_lines)), np.uint64, len(src_lines))
     return (*arrays, hashes)
 
 
-def _encoded(chunks: Iterable, model_proto: bytes, workers: int) -> Iterator[tuple[np.ndarray, ...]]:
+def _encoded(chunks: Iterable, tokenizer_bytes: bytes, workers: int) -> Iterator[tuple[np.ndarray, ...]]:
     """The chunks encoded in order, by ``workers`` processes (0: in this one)."""
     if workers <= 0:
-        _start_worker(model_proto, threads=-1)
+        _start_worker(tokenizer_bytes, threads=-1)
         yield from map(_encode_chunk, chunks)
         return
     # fork where there is one: a spawned worker would import the training script again (torch and all); the
     # workers run SentencePiece only, never torch, so no thread of the parent is needed in them
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    with context.Pool(workers, initializer=_start_worker, initargs=(model_proto,)) as pool:
+    with context.Pool(workers, initializer=_start_worker, initargs=(tokenizer_bytes,)) as pool:
         yield from pool.imap(_encode_chunk, chunks)
 
 
@@ -190,7 +191,7 @@ def publish(building: Path, folder: Path) -> None:
 
 
 def build_store(
-    folder: Path, chunks: Iterable[tuple[list[str], list[str]]], model_proto: bytes, vocab_size: int,
+    folder: Path, chunks: Iterable[tuple[list[str], list[str]]], tokenizer_bytes: bytes, vocab_size: int,
     workers: int, description: str = "tokenizing",
 ) -> TokenStore:  # fmt: skip
     """Tokenize every pair of ``chunks`` into a store at ``folder`` (built aside, then renamed into place;
@@ -202,7 +203,7 @@ def build_store(
         files = {name: open(building / name, "wb") for name in FILES}
         counts = {"src": 0, "tgt": 0, "pairs": 0}
         with tqdm(desc=description, unit=" pairs", unit_scale=True, mininterval=2.0) as bar:
-            for src, src_len, tgt, tgt_len, hashes in _encoded(chunks, model_proto, workers):
+            for src, src_len, tgt, tgt_len, hashes in _encoded(chunks, tokenizer_bytes, workers):
                 for name, array in zip(
                     FILES, (src.astype(dtype), tgt.astype(dtype), src_len, tgt_len, hashes)
                 ):

@@ -123,15 +123,16 @@ class Tokenizer:
     @property
     def target_side(self) -> "Tokenizer":
         """The tokenizer of target sentences: this one, the vocabulary being joint (a released Marian model
-        has its own, see ``released.MarianText``)."""
+        has its own, see ``marian_text.MarianText``)."""
         return self
 
     def encode(self, text: str) -> list[int]:
         return self._sp.encode(text)
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """Encode many texts in one call (SentencePiece runs them through C++ in one go)."""
-        return self._sp.encode(list(texts), num_threads=2)
+    def encode_batch(self, texts: list[str], threads: int = 2) -> list[list[int]]:
+        """Encode many texts in one call (SentencePiece runs them through C++ in one go, on ``threads``
+        threads; -1: every core)."""
+        return self._sp.encode(list(texts), num_threads=threads)
 
     def decode(self, ids: list[int]) -> str:
         """Ids -> plain text. PAD/BOS/EOS are dropped wherever they are; trim at EOS beforehand."""
@@ -143,3 +144,14 @@ class Tokenizer:
     def id_to_piece(self, ids: list[int]) -> list[str]:
         """Subword strings ("▁Ein", "<pad>", ...) for labelling plots."""
         return [self._sp.id_to_piece(i) for i in ids]
+
+
+def tokenizer_from_bytes(data: bytes):
+    """``to_bytes()`` of either kind of tokenizer -> the tokenizer: a SentencePiece model of this project
+    (``Tokenizer``), or a released Marian model's own (``interop.marian_text.MarianText``, a zip: a run
+    fine-tuned from such a model). One-line ``ValueError`` when it is neither."""
+    from transformer.interop.marian_text import ZIP_SIGNATURE, MarianText  # needs transformers when used
+
+    if data[: len(ZIP_SIGNATURE)] == ZIP_SIGNATURE:
+        return MarianText.from_bytes(data)
+    return Tokenizer.from_bytes(data)

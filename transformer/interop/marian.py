@@ -52,6 +52,7 @@ import torch
 from transformer.checkpoint import CheckpointError, load_for_inference
 from transformer.config import ModelConfig
 from transformer.embeddings import sinusoidal_positions
+from transformer.interop.marian_text import MarianText
 from transformer.model import Transformer
 from transformer.tokenizer import Tokenizer
 
@@ -287,7 +288,11 @@ def generation_config(model: Transformer):
 
 
 def save_marian_tokenizer(tokenizer: Tokenizer, out_dir: Path, src_lang: str, tgt_lang: str) -> None:
-    """source.spm = target.spm = our joint SentencePiece model, vocab.json = its pieces -> ids."""
+    """source.spm = target.spm = our joint SentencePiece model, vocab.json = its pieces -> ids; a model
+    fine-tuned from a Marian one keeps its own tokenizer files (``marian_text.MarianText``)."""
+    if isinstance(tokenizer, MarianText):
+        tokenizer.save(out_dir)
+        return
     pieces = tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
     for name in ("source.spm", "target.spm"):
         (out_dir / name).write_bytes(tokenizer.to_bytes())

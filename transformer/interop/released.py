@@ -4,9 +4,9 @@ from the hub.
 
 The weights go through ``marian.from_marian`` into our own Transformer, so decoding, scoring and every
 attention view run on our code; the text goes through the model's own ``MarianTokenizer``, wrapped in
-``MarianText`` to look like ``tokenizer.Tokenizer`` (ids without EOS, pieces, decode). Source sentences are
-encoded with the source SentencePiece model, references (``score``, teacher-forced attention) with the
-target one (``target_side``).
+``marian_text.MarianText`` to look like ``tokenizer.Tokenizer`` (ids without EOS, pieces, decode). Source
+sentences are encoded with the source SentencePiece model, references (``score``, teacher-forced
+attention) with the target one (``target_side``).
 """
 
 import os
@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 from transformer.checkpoint import CheckpointError
 from transformer.config import Config, DataConfig, EvalConfig
 from transformer.interop.marian import MarianError, _transformers, from_marian
+from transformer.interop.marian_text import MarianText
 from transformer.model import Transformer
 
 HUB_PREFIX = "hf:"
@@ -25,46 +26,6 @@ HUB_PREFIX = "hf:"
 def is_released(path: str | Path) -> bool:
     """``hf:NAME``, or a folder (our checkpoints are files)."""
     return str(path).startswith(HUB_PREFIX) or Path(path).is_dir()
-
-
-class MarianText:
-    """A MarianTokenizer with the interface of ``tokenizer.Tokenizer`` that the decoders and the Translator
-    use. ``bos_id`` is the decoder start token (Marian: the pad id), which decoding never produces."""
-
-    def __init__(self, hf_tokenizer, start_id: int, target: bool = False):
-        self.hf, self.target = hf_tokenizer, target
-        self.pad_id, self.eos_id, self.unk_id = (
-            hf_tokenizer.pad_token_id,
-            hf_tokenizer.eos_token_id,
-            hf_tokenizer.unk_token_id,
-        )
-        self.bos_id, self.vocab_size = start_id, len(hf_tokenizer)
-
-    @property
-    def pad_bos_eos(self) -> tuple[int, int, int]:
-        return self.pad_id, self.bos_id, self.eos_id
-
-    @property
-    def target_side(self) -> "MarianText":
-        return MarianText(self.hf, self.bos_id, target=True)
-
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        if not texts:
-            return []
-        side = {"text_target": texts} if self.target else {"text": texts}
-        return self.hf(**side, add_special_tokens=False)["input_ids"]
-
-    def encode(self, text: str) -> list[int]:
-        return self.encode_batch([text])[0]
-
-    def decode(self, ids: list[int]) -> str:
-        return self.hf.decode(ids, skip_special_tokens=True)
-
-    def decode_batch(self, batch_ids: list[list[int]]) -> list[str]:
-        return [self.decode(ids) for ids in batch_ids]
-
-    def id_to_piece(self, ids: list[int]) -> list[str]:
-        return self.hf.convert_ids_to_tokens(list(ids))
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
