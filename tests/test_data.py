@@ -216,6 +216,32 @@ def test_load_hub_dataset_through_datasets(tmp_path):
     assert (loaded["test"].src[2], loaded["test"].tgt[2]) == ("Sentence 2.", "Satz 2.")  # en -> de
 
 
+def test_a_hub_split_is_read_from_its_arrow_table_a_slice_at_a_time(tmp_path, monkeypatch):
+    """A hub split stays in its memory-mapped Arrow table: its chunks, sentences and head are the pairs in
+    order, slice by slice; its fingerprint is that of the Arrow files (the same on a second load, another
+    for other text), and a training store built from it holds the ids of the same pairs held as text."""
+    from transformer.corpus import ParallelArrow, ParallelText
+    from transformer.token_store import build_store
+    from transformer.tokenizer import train_tokenizer
+
+    files = write_json_splits(tmp_path, sizes=(("train", 23), ("valid", 2), ("test", 3)))
+    load = lambda: load_hub_dataset("json", None, "de", "en", data_files=files, cache_dir=str(tmp_path / "c"))
+    train = load()["train"]
+    assert isinstance(train, ParallelArrow) and len(train) == 23
+    text = ParallelText([f"Satz {i}." for i in range(23)], [f"Sentence {i}." for i in range(23)])
+    chunks = list(train.chunks(5))
+    assert [len(src) for src, _ in chunks] == [5, 5, 5, 5, 3] and chunks == list(text.chunks(5))
+    assert list(train.sentences()) == list(text.sentences())
+    assert train.head(4) == text.head(4) and (train.src, train.tgt) == (text.src, text.tgt)
+    assert train.fingerprint() == load()["train"].fingerprint() != load()["test"].fingerprint()
+    read = []
+    monkeypatch.setattr(ParallelArrow, "whole", property(lambda self: read.append(1)))  # never read whole
+    tokenizer = train_tokenizer(text.sentences(), tmp_path / "sp", 40)
+    stores = [build_store(tmp_path / name, split.chunks(4), tokenizer.to_bytes(), tokenizer.vocab_size, 0)
+              for name, split in (("arrow", train), ("text", text))]  # fmt: skip
+    assert not read and [stores[0].src[i] for i in range(23)] == [stores[1].src[i] for i in range(23)]
+
+
 def test_load_hub_dataset_missing_language_or_column(tmp_path):
     files = write_json_splits(tmp_path)
     with pytest.raises(DataError, match="'fr' not available; valid: de, en"):

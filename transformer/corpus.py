@@ -2,8 +2,9 @@
 Hugging Face hub dataset. Text in, text out: tokenizing and batching are ``data.py``'s job.
 
 A corpus is a plain ``dict`` from split name to ``ParallelText`` (two equally long lists of lines), whatever
-its source; a training split read from files is a ``ParallelFiles`` instead, streamed a chunk at a time (a
-corpus of millions of pairs is never held as text: the token store, ``token_store.py``, holds its ids).
+its source; a training split read from files is a ``ParallelFiles`` instead, streamed a chunk at a time, and
+a hub split a ``ParallelArrow``, read from its memory-mapped Arrow table a slice at a time (a corpus of
+millions of pairs is never held as text: the token store, ``token_store.py``, holds its ids).
 Split names are ``SPLITS``; a file's other names for them (``val``, ``valid``, ``dev``) are
 mapped once, in ``split_name``. The ``datasets`` package is needed only for ``data.dataset: hub``.
 
@@ -122,7 +123,64 @@ class ParallelFiles:
         return self.whole.head(n)
 
 
-Corpus = dict[str, ParallelText | ParallelFiles]
+@dataclass
+class ParallelArrow:
+    """A hub split read from the Arrow table ``datasets`` keeps on disk (memory-mapped): ``chunks`` and
+    ``sentences`` turn a slice at a time into Python strings, so a split of millions of pairs is never held
+    as text; ``src`` / ``tgt`` read it whole (validation and test)."""
+
+    dataset: object  # a datasets.Dataset with a "translation" column of {language: sentence}
+    src_lang: str
+    tgt_lang: str
+
+    def _pairs(self, start: int, stop: int) -> tuple[list[str], list[str]]:
+        column = self.dataset.with_format("arrow")[start:stop]["translation"].combine_chunks()  # pyarrow
+        return column.field(self.src_lang).to_pylist(), column.field(self.tgt_lang).to_pylist()
+
+    def chunks(self, size: int) -> Iterator[tuple[list[str], list[str]]]:
+        for start in range(0, len(self), size):
+            yield self._pairs(start, start + size)
+
+    def sentences(self) -> Iterator[str]:
+        """Every source line, then every target line: two passes, a slice at a time."""
+        sources = (line for src, _ in self.chunks(100_000) for line in src)
+        targets = (line for _, tgt in self.chunks(100_000) for line in tgt)
+        return itertools.chain(sources, targets)
+
+    def fingerprint(self) -> str:
+        """SHA-256 over the languages and the SHA-256 of the Arrow files that hold the split (its pairs' text
+        when it has none: a dataset made in memory)."""
+        sha = hashlib.sha256(f"{self.src_lang} {self.tgt_lang}\n".encode())
+        files = [Path(f["filename"]) for f in self.dataset.cache_files]
+        if files and getattr(self.dataset, "_indices", None) is None:
+            for path in files:
+                sha.update(file_digest(path).encode())
+            return sha.hexdigest()
+        for src, tgt in self.chunks(100_000):
+            sha.update(ParallelText(src, tgt).fingerprint().encode())
+        return sha.hexdigest()
+
+    @cached_property
+    def whole(self) -> ParallelText:
+        return ParallelText(*self._pairs(0, len(self)))
+
+    @property
+    def src(self) -> list[str]:
+        return self.whole.src
+
+    @property
+    def tgt(self) -> list[str]:
+        return self.whole.tgt
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def head(self, n: int) -> ParallelText:
+        return ParallelText(*self._pairs(0, n)) if n > 0 else self.whole
+
+
+Split = ParallelText | ParallelFiles | ParallelArrow
+Corpus = dict[str, Split]
 
 
 def split_name(name: str) -> str:
@@ -259,10 +317,7 @@ def load_hub_dataset(name: str, config: str | None, src_lang: str, tgt_lang: str
         feature = ds.features["translation"]
         available = feature.languages if isinstance(feature, datasets.Translation) else list(feature)
         check_languages(src_lang, tgt_lang, valid=available)
-        pairs = ds.with_format("arrow")["translation"].combine_chunks()  # pyarrow: ~50x faster
-        corpus[split_name(split)] = ParallelText(
-            pairs.field(src_lang).to_pylist(), pairs.field(tgt_lang).to_pylist()
-        )
+        corpus[split_name(split)] = ParallelArrow(ds, src_lang, tgt_lang)  # read a slice at a time
     return corpus
 
 

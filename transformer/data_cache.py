@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from transformer.config import DataConfig
-from transformer.corpus import DataError, ParallelFiles, ParallelText
+from transformer.corpus import DataError, ParallelArrow, ParallelFiles, Split
 from transformer.runtime import Runtime
 from transformer.token_store import (
     CHUNK_PAIRS,
@@ -56,9 +56,7 @@ def given_tokenizer(path: str) -> Path:
     return model
 
 
-def cached_tokenizer(
-    train: ParallelText | ParallelFiles, fingerprint: str, data: DataConfig, log=print
-) -> Path:
+def cached_tokenizer(train: Split, fingerprint: str, data: DataConfig, log=print) -> Path:
     """The SentencePiece model for these training files and settings: from the cache, else trained there."""
     if data.tokenizer:
         return given_tokenizer(data.tokenizer)
@@ -81,7 +79,7 @@ def cached_tokenizer(
     return model
 
 
-def sentence_files(train: ParallelText | ParallelFiles, folder: Path) -> list[Path]:
+def sentence_files(train: Split, folder: Path) -> list[Path]:
     """The files a tokenizer learns from, in the order it always has: every source line, then every target
     line. A split held in memory is written to ``folder`` first."""
     if isinstance(train, ParallelFiles):
@@ -92,18 +90,20 @@ def sentence_files(train: ParallelText | ParallelFiles, folder: Path) -> list[Pa
     return [path]
 
 
-def workers_for(train: ParallelText | ParallelFiles, data: DataConfig) -> int:
+def workers_for(train: Split, data: DataConfig) -> int:
     if data.workers >= 0:
         return data.workers
     if isinstance(train, ParallelFiles):
         size = train.src_path.stat().st_size + train.tgt_path.stat().st_size
+    elif isinstance(train, ParallelArrow):
+        size = train.dataset.data.nbytes  # the Arrow table's bytes: no text is read for this
     else:
         size = sum(map(len, train.src)) + sum(map(len, train.tgt))
     return min(os.cpu_count() or 1, 8) if size > AUTO_WORKERS_BYTES else 0
 
 
 def train_store(
-    train: ParallelText | ParallelFiles, fingerprint: str, tokenizer: Tokenizer, data: DataConfig,
+    train: Split, fingerprint: str, tokenizer: Tokenizer, data: DataConfig,
     runtime: Runtime, log=print,
 ) -> TokenStore:  # fmt: skip
     """The training split's token store for this tokenizer: opened from the cache, else built there by

@@ -12,7 +12,7 @@ import yaml
 from transformer.average import step_checkpoints
 from transformer.checkpoint import save_checkpoint
 from transformer.config import Config
-from transformer.corpus import ParallelFiles, ParallelText
+from transformer.corpus import Split
 from transformer.data_cache import cached_tokenizer
 from transformer.runtime import Runtime
 from transformer.tokenizer import Tokenizer, tokenizer_from_bytes
@@ -72,7 +72,7 @@ def keep_step_checkpoint(run_dir: Path, checkpoint: dict, step: int, keep_last: 
 
 
 def run_tokenizer(
-    run_dir: Path, train: ParallelText | ParallelFiles, fingerprint: str, config: Config, runtime: Runtime,
+    run_dir: Path, train: Split, fingerprint: str, config: Config, runtime: Runtime,
     source=None,
 ) -> Tokenizer:  # fmt: skip
     """The run's joint SentencePiece model (§5.1: a shared vocabulary): ``data.tokenizer``, or the one the
