@@ -321,11 +321,28 @@ def load_hub_dataset(name: str, config: str | None, src_lang: str, tgt_lang: str
     return corpus
 
 
+HUB_TEST_SET = "hub:"  # eval.test_sets value hub:NAME[/CONFIG]:SPLIT, e.g. hub:wmt14/de-en:validation
+
+
 def load_test_sets(test_sets: dict[str, str], data: DataConfig) -> Corpus:
     """``eval.test_sets`` read now, so that a missing file stops the run before it trains: {"test/NAME":
-    pairs}, from <prefix>.<src_lang> and <prefix>.<tgt_lang>."""
-    return {f"test/{name}": read_parallel(f"{prefix}.{data.src_lang}", f"{prefix}.{data.tgt_lang}")
-            for name, prefix in test_sets.items()}  # fmt: skip
+    pairs}, from <prefix>.<src_lang> and <prefix>.<tgt_lang>, or from a hub split
+    (``hub:NAME[/CONFIG]:SPLIT``, through ``datasets`` as ``data.dataset: hub``)."""
+    corpus = {}
+    for name, where in test_sets.items():
+        if not where.startswith(HUB_TEST_SET):
+            corpus[f"test/{name}"] = read_parallel(f"{where}.{data.src_lang}", f"{where}.{data.tgt_lang}")
+            continue
+        dataset, _, split = where.removeprefix(HUB_TEST_SET).rpartition(":")
+        if not dataset or not split:
+            raise DataError(f"eval.test_sets: {name}={where}: expected hub:NAME[/CONFIG]:SPLIT")
+        hub_name, _, hub_config = dataset.partition("/")
+        splits = load_hub_dataset(hub_name, hub_config or None, data.src_lang, data.tgt_lang)
+        if split_name(split) not in splits:
+            has = ", ".join(splits)
+            raise DataError(f"eval.test_sets: {name}={where}: no split {split!r} (it has: {has})")
+        corpus[f"test/{name}"] = splits[split_name(split)]
+    return corpus
 
 
 def load_corpus(data: DataConfig) -> Corpus:
