@@ -90,10 +90,10 @@ def test_the_wmt14_config_loads_through_a_local_file_in_the_hubs_format(tmp_path
     corpus = load_corpus(config.data)
     assert asked == [("wmt14", "de-en")]
     assert corpus["test"].src == [en for _, en in PAIRS] and corpus["test"].tgt == [de for de, _ in PAIRS]
-    with pytest.raises(DataError, match=r"news=hub:wmt14/de-en:dev2: no split 'dev2' \(it has: train"):
-        load_test_sets({"news": "hub:wmt14/de-en:dev2"}, config.data)
-    with pytest.raises(DataError, match=r"news=hub:wmt14: expected hub:NAME\[/CONFIG\]:SPLIT"):
+    with pytest.raises(DataError, match=r"news=hub:wmt14:de-en:dev2: no split 'dev2' \(it has: train"):
+        load_test_sets({"news": "hub:wmt14:de-en:dev2"}, config.data)
+    with pytest.raises(DataError, match=r"news=hub:wmt14: expected hub:NAME\[:CONFIG\]:SPLIT"):
         load_test_sets({"news": "hub:wmt14"}, config.data)
     asked.clear()
-    extra = load_test_sets({"newstest2013": "hub:wmt14/de-en:validation"}, config.data)  # eval.test_sets
+    extra = load_test_sets({"newstest2013": "hub:wmt14:de-en:validation"}, config.data)  # eval.test_sets
     assert asked == [("wmt14", "de-en")] and extra["test/newstest2013"].src == [en for _, en in PAIRS]

@@ -251,6 +251,8 @@ def test_load_hub_dataset_missing_language_or_column(tmp_path):
         DataError, match=r"json/None split 'train' has no 'translation' column; columns: de, en"
     ):
         load_hub_dataset("json", None, "de", "en", data_files=str(tmp_path / "plain.jsonl"))
+    with pytest.raises(DataError, match=r"hub dataset json \(no config\) cannot be loaded: "):
+        load_hub_dataset("json", None, "de", "en", data_files=str(tmp_path / "missing.jsonl"))
 
 
 # -------- ids ------------------------------------------------------------------------------------

@@ -74,8 +74,11 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu"):
     """checkpoint -> (model in eval mode on ``device``, tokenizer, config)."""
     state = load_checkpoint(path)
     try:
-        config = config_from_dict(state["config"])
         tokenizer = tokenizer_from_tensor(state["tokenizer"])
+    except (ValueError, RuntimeError, zipfile.BadZipFile) as error:
+        raise CheckpointError(f"checkpoint {path}: its tokenizer cannot be read: {error}") from None
+    try:
+        config = config_from_dict(state["config"])
         model = build_model(config.model, tokenizer)
         model.load_state_dict(state["model"])
     except (ConfigError, RuntimeError, KeyError, ValueError, TypeError) as error:

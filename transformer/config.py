@@ -160,7 +160,7 @@ class EvalConfig:
     average_last: int = 0  # > 0: the final test uses the average of the last N evaluation checkpoints
     average_weights: str = "raw"  # what average_last averages: the raw weights (§6.1) or "ema" snapshots
     # more test sets for the final test, name: file prefix (<prefix>.<src_lang> and <prefix>.<tgt_lang>) or a
-    # hub split, hub:NAME[/CONFIG]:SPLIT (e.g. hub:wmt14/de-en:validation)
+    # hub split, hub:NAME[:CONFIG]:SPLIT (e.g. hub:wmt14:de-en:validation)
     test_sets: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):

@@ -133,26 +133,31 @@ class ParallelArrow:
     src_lang: str
     tgt_lang: str
 
-    def _pairs(self, start: int, stop: int) -> tuple[list[str], list[str]]:
+    def _lines(self, start: int, stop: int, lang: str) -> list[str]:
         column = self.dataset.with_format("arrow")[start:stop]["translation"].combine_chunks()  # pyarrow
-        return column.field(self.src_lang).to_pylist(), column.field(self.tgt_lang).to_pylist()
+        return column.field(lang).to_pylist()
+
+    def _pairs(self, start: int, stop: int) -> tuple[list[str], list[str]]:
+        return self._lines(start, stop, self.src_lang), self._lines(start, stop, self.tgt_lang)
 
     def chunks(self, size: int) -> Iterator[tuple[list[str], list[str]]]:
         for start in range(0, len(self), size):
             yield self._pairs(start, start + size)
 
     def sentences(self) -> Iterator[str]:
-        """Every source line, then every target line: two passes, a slice at a time."""
-        sources = (line for src, _ in self.chunks(100_000) for line in src)
-        targets = (line for _, tgt in self.chunks(100_000) for line in tgt)
-        return itertools.chain(sources, targets)
+        """Every source line, then every target line: one pass per side, a slice at a time."""
+        slices = range(0, len(self), 100_000)
+        return (line for lang in (self.src_lang, self.tgt_lang) for start in slices
+                for line in self._lines(start, start + 100_000, lang))  # fmt: skip
 
     def fingerprint(self) -> str:
-        """SHA-256 over the languages and the SHA-256 of the Arrow files that hold the split (its pairs' text
-        when it has none: a dataset made in memory)."""
-        sha = hashlib.sha256(f"{self.src_lang} {self.tgt_lang}\n".encode())
+        """SHA-256 over the languages, the number of pairs, ``datasets``' own fingerprint (which changes with
+        a selection or a shard of the same files) and the SHA-256 of the Arrow files that hold the split; over
+        the pairs' text instead when there is no file (a dataset made in memory) or an indices mapping."""
+        sha = hashlib.sha256(f"{self.src_lang} {self.tgt_lang} {len(self)}\n".encode())
         files = [Path(f["filename"]) for f in self.dataset.cache_files]
         if files and getattr(self.dataset, "_indices", None) is None:
+            sha.update(str(getattr(self.dataset, "_fingerprint", "")).encode())
             for path in files:
                 sha.update(file_digest(path).encode())
             return sha.hexdigest()
@@ -306,7 +311,11 @@ def load_hub_dataset(name: str, config: str | None, src_lang: str, tgt_lang: str
     except ImportError:
         raise DataError('data.dataset=hub needs the datasets package: pip install -e ".[hub]"') from None
 
-    dataset = datasets.load_dataset(name, config, **kwargs)
+    try:
+        dataset = datasets.load_dataset(name, config, **kwargs)
+    except (OSError, ValueError, ConnectionError) as error:  # not found, an unknown config, no network
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise DataError(f"hub dataset {name} ({config or 'no config'}) cannot be loaded: {first}") from None
     corpus = {}
     for split, ds in dataset.items():
         if "translation" not in ds.column_names:
@@ -321,23 +330,26 @@ def load_hub_dataset(name: str, config: str | None, src_lang: str, tgt_lang: str
     return corpus
 
 
-HUB_TEST_SET = "hub:"  # eval.test_sets value hub:NAME[/CONFIG]:SPLIT, e.g. hub:wmt14/de-en:validation
+HUB_TEST_SET = "hub:"  # eval.test_sets value hub:NAME[:CONFIG]:SPLIT, e.g. hub:wmt14:de-en:validation
 
 
 def load_test_sets(test_sets: dict[str, str], data: DataConfig) -> Corpus:
     """``eval.test_sets`` read now, so that a missing file stops the run before it trains: {"test/NAME":
     pairs}, from <prefix>.<src_lang> and <prefix>.<tgt_lang>, or from a hub split
-    (``hub:NAME[/CONFIG]:SPLIT``, through ``datasets`` as ``data.dataset: hub``)."""
+    (``hub:NAME[:CONFIG]:SPLIT``, NAME may hold a ``/``; through ``datasets`` as ``data.dataset: hub``)."""
     corpus = {}
     for name, where in test_sets.items():
         if not where.startswith(HUB_TEST_SET):
             corpus[f"test/{name}"] = read_parallel(f"{where}.{data.src_lang}", f"{where}.{data.tgt_lang}")
             continue
-        dataset, _, split = where.removeprefix(HUB_TEST_SET).rpartition(":")
-        if not dataset or not split:
-            raise DataError(f"eval.test_sets: {name}={where}: expected hub:NAME[/CONFIG]:SPLIT")
-        hub_name, _, hub_config = dataset.partition("/")
-        splits = load_hub_dataset(hub_name, hub_config or None, data.src_lang, data.tgt_lang)
+        parts = where.removeprefix(HUB_TEST_SET).split(":")
+        if len(parts) not in (2, 3) or not all(parts):
+            raise DataError(f"eval.test_sets: {name}={where}: expected hub:NAME[:CONFIG]:SPLIT")
+        hub_name, hub_config, split = parts if len(parts) == 3 else (parts[0], None, parts[1])
+        try:
+            splits = load_hub_dataset(hub_name, hub_config, data.src_lang, data.tgt_lang)
+        except DataError as error:
+            raise DataError(f"eval.test_sets: {name}={where}: {error}") from None
         if split_name(split) not in splits:
             has = ", ".join(splits)
             raise DataError(f"eval.test_sets: {name}={where}: no split {split!r} (it has: {has})")

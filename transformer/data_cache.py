@@ -19,6 +19,7 @@ from pathlib import Path
 
 from transformer.config import DataConfig
 from transformer.corpus import DataError, ParallelArrow, ParallelFiles, Split
+from transformer.interop.marian_text import MarianText, encoder_version
 from transformer.runtime import Runtime
 from transformer.token_store import (
     CHUNK_PAIRS,
@@ -109,7 +110,8 @@ def train_store(
     """The training split's token store for this tokenizer: opened from the cache, else built there by
     rank 0 while the other ranks wait."""
     model_sha = hashlib.sha256(tokenizer.to_bytes()).hexdigest()
-    folder = cache_root(data) / f"store-{key_of('store', FORMAT, fingerprint, model_sha)}"
+    encoder = [encoder_version()] if isinstance(tokenizer, MarianText) else []  # SentencePiece: the bytes
+    folder = cache_root(data) / f"store-{key_of('store', FORMAT, fingerprint, model_sha, *encoder)}"
     store = None
     if runtime.is_main:
         with cache_lock(folder):

@@ -17,6 +17,7 @@ fine-tuning run reads its own ``last.pt`` as usual (the source decides only the 
 """
 
 import dataclasses
+import zipfile
 from dataclasses import dataclass
 
 import torch
@@ -44,8 +45,11 @@ def load_source(path: str) -> Source:
         return released_source(path)
     checkpoint = load_checkpoint(path)
     try:
-        config = config_from_dict(checkpoint["config"])
         tokenizer = tokenizer_from_tensor(checkpoint["tokenizer"])
+    except (ValueError, RuntimeError, zipfile.BadZipFile) as error:
+        raise CheckpointError(f"train.init_from={path}: its tokenizer cannot be read: {error}") from None
+    try:
+        config = config_from_dict(checkpoint["config"])
     except (ConfigError, KeyError, ValueError) as error:
         raise CheckpointError(f"train.init_from={path}: not a checkpoint of this project ({error})") from None
     step = int(checkpoint.get("state", {}).get("step", 0))

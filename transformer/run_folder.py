@@ -5,6 +5,7 @@ events, test_hypotheses.txt and results.json. Rank 0 writes; the other ranks onl
 
 import json
 import shutil
+import zipfile
 from pathlib import Path
 
 import yaml
@@ -80,19 +81,23 @@ def run_tokenizer(
     the first time; ``data_cache.py``), or a fine-tuning ``source``'s (``init_from.py``), copied into the run
     folder by rank 0 on the first start; read back on resume and by every rank. A released Marian source
     brings its own tokenizer files, kept in ``tokenizer.marian.zip`` (``marian_text.py``)."""
-    released = source is not None and not isinstance(source.tokenizer, Tokenizer)
-    path = run_dir / ("tokenizer.marian.zip" if released else "tokenizer.model")
-    if (run_dir / "tokenizer.marian.zip").exists():  # a --resume of a run fine-tuned from a Marian model
-        path = run_dir / "tokenizer.marian.zip"
-    if runtime.is_main and not path.exists() and source is not None:  # fine-tuning: the source's tokenizer
-        path.write_bytes(source.tokenizer.to_bytes())
-    elif runtime.is_main and not path.exists():
-        model = cached_tokenizer(train, fingerprint, config.data)
-        shutil.copyfile(model, path)
-        if model.with_suffix(".vocab").is_file():  # the pieces and their scores, for people to read
-            shutil.copyfile(model.with_suffix(".vocab"), path.with_suffix(".vocab"))
-    runtime.wait_for_main()  # learning it may take longer than NCCL's timeout
-    return tokenizer_from_bytes(path.read_bytes())
+    marian, spm = run_dir / "tokenizer.marian.zip", run_dir / "tokenizer.model"
+    if runtime.is_main and not marian.exists() and not spm.exists():  # a new run (--resume: already there)
+        if source is not None and not isinstance(source.tokenizer, Tokenizer):  # a released Marian model's
+            marian.write_bytes(source.tokenizer.to_bytes())
+        elif source is not None:  # fine-tuning a checkpoint of this project: its tokenizer
+            spm.write_bytes(source.tokenizer.to_bytes())
+        else:
+            model = cached_tokenizer(train, fingerprint, config.data)
+            shutil.copyfile(model, spm)
+            if model.with_suffix(".vocab").is_file():  # the pieces and their scores, for people to read
+                shutil.copyfile(model.with_suffix(".vocab"), spm.with_suffix(".vocab"))
+    runtime.wait_for_main()  # learning it may take longer than NCCL's timeout; every rank then reads it
+    path = marian if marian.exists() else spm
+    try:
+        return tokenizer_from_bytes(path.read_bytes())
+    except (ValueError, RuntimeError, OSError, zipfile.BadZipFile) as error:
+        raise RunFolderError(f"{path} cannot be read as a tokenizer: {error}") from None
 
 
 def write_results(run_dir: Path, results: dict, hypotheses: list[str]) -> None:

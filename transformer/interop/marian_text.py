@@ -22,14 +22,26 @@ from pathlib import Path
 ZIP_SIGNATURE = b"PK\x03\x04"
 MARIAN_FILES = ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json")
 START_FILE = "start.json"
+FILE_KEYS = ("source_spm", "target_spm", "vocab", "target_vocab_file", "name_or_path", "vocab_file")
 
 
 def marian_tokenizer_class():
     try:
         from transformers import MarianTokenizer
     except ImportError:
-        raise ValueError('a Marian tokenizer needs transformers: pip install -e ".[hf]"') from None
+        raise ValueError(
+            "it holds a Marian model's tokenizer (fine-tuned from a released model), which needs "
+            'transformers: pip install -e ".[hf]"'
+        ) from None
     return MarianTokenizer
+
+
+def encoder_version() -> str:
+    """What turns text into Marian ids besides the files (MarianTokenizer's Python code): part of the token
+    store's key, so that another version of it never reuses a store."""
+    import transformers
+
+    return f"transformers {transformers.__version__}"
 
 
 def files_of(hf_tokenizer, start_id: int) -> dict[str, bytes]:
@@ -39,7 +51,9 @@ def files_of(hf_tokenizer, start_id: int) -> dict[str, bytes]:
             "separate source and target vocabularies (separate_vocabs: true) are not supported: the model "
             "of this project has one vocabulary"
         )
-    settings = {
+    kept = {key: value for key, value in hf_tokenizer.init_kwargs.items()  # the model's own settings
+            if key not in FILE_KEYS and isinstance(value, (str, int, float, bool))}  # fmt: skip
+    settings = kept | {
         "tokenizer_class": "MarianTokenizer", "source_lang": hf_tokenizer.source_lang,
         "target_lang": hf_tokenizer.target_lang, "unk_token": str(hf_tokenizer.unk_token),
         "eos_token": str(hf_tokenizer.eos_token), "pad_token": str(hf_tokenizer.pad_token),
@@ -93,7 +107,9 @@ class MarianText:
         buffer = io.BytesIO()
         with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
             for name in sorted(self.files):
-                archive.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), self.files[name])
+                entry = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))  # the same bytes every time
+                entry.compress_type, entry.create_system = zipfile.ZIP_DEFLATED, 3
+                archive.writestr(entry, self.files[name])
         return buffer.getvalue()
 
     def save(self, folder: str | Path) -> None:
