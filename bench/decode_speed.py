@@ -14,16 +14,21 @@ refuses, unless ``--train-minutes N`` asks it to train one first with train.py (
 
 Last line: speedup_cache=<cached greedy sentences/s ÷ uncached greedy sentences/s>.
 
-``--compare`` measures instead our cached greedy against the inference engines users deploy with: the
+``--compare`` measures instead our decoding against the inference engines users deploy with: the
 checkpoint is exported (``transformer.interop.marian.export``) to a transformers folder and a
-CTranslate2 model, and the same sentences in the same length-sorted batches are decoded greedily by
+CTranslate2 model, and the same sentences in the same length-sorted batches are decoded greedily by ours
+in fp32, int8 (``--precision int8``: torchao int8 linear layers) and bf16 (autocast), by
 ``MarianMTModel.generate(num_beams=1)`` and by ``ctranslate2.Translator.translate_batch(beam_size=1)`` in
-fp32 and int8. Per engine: sentences/s, BLEU and how many lines differ from ours (token ids compared; the
-same detokenizer for all). Lengths: ours stops each sentence at source length + ``eval.max_len_offset``;
-generate() and CTranslate2 take one limit per call, so each batch gets its largest sentence limit L
-(``max_length=1 + L`` / ``max_decoding_length=L``, ``min_decoding_length=0``) and each output is then
-cut at its own sentence's limit, which is exact for greedy search (a row's tokens do not depend on the
-other rows'). Last line: ratio_vs_hf=<ours sentences/s ÷ generate() sentences/s>.
+fp32 and int8; then with ``--beam`` beams (default 4) by ours, ``generate(num_beams=4)`` and CTranslate2
+fp32, each with the checkpoint's length penalty α (ours is GNMT's ((5 + length) / 6)^α, theirs
+length^α: the same α, not the same formula, so their beams may pick other lines). Per engine:
+sentences/s, BLEU and how many lines differ from ours (token ids compared; the same detokenizer for all).
+Lengths: ours stops each sentence at source length + ``eval.max_len_offset``; generate() and CTranslate2
+take one limit per call, so each batch gets its largest sentence limit L (``max_length=1 + L`` /
+``max_decoding_length=L``, ``min_decoding_length=0``) and each output is then cut at its own sentence's
+limit, which is exact for greedy search (a row's tokens do not depend on the other rows'). Last lines,
+ours ÷ theirs in sentences/s: ``ratio_vs_hf=``, ``ratio_vs_ct2=`` (greedy fp32), ``ratio_int8_vs_ct2_int8=``,
+``ratio_beam4_vs_hf=``, ``ratio_beam4_vs_ct2=``.
 
     python bench/decode_speed.py --compare --checkpoint RUN/best.pt [--limit N] [--export-dir DIR]
 """
@@ -147,29 +152,32 @@ def cut(tokens: list[int], limit: int, eos_id: int) -> list[int]:
 
 
 def decode_transformers(
-    hf_model, src_ids, tokenizer, settings, max_positions: int, device
+    hf_model, src_ids, tokenizer, settings, max_positions: int, device, beam: int = 1
 ) -> list[list[int]]:
-    """Greedy ``generate()`` (the exported generation config: start from BOS, never PAD or BOS) over our
-    batches; one limit per batch, each output cut at its own."""
+    """``generate()`` (the exported generation config: start from BOS, never PAD or BOS) over our batches,
+    greedy or with ``beam`` beams; one limit per batch, each output cut at its own."""
     pad, eos = tokenizer.pad_id, tokenizer.eos_id
     limits = sentence_limits(src_ids, settings.max_len_offset, max_positions)
+    search = {"num_beams": beam, "length_penalty": settings.length_penalty} if beam > 1 else {"num_beams": 1}
     outputs: list[list[int]] = [[] for _ in src_ids]
     for batch in length_batches(src_ids, settings.max_tokens):
         rows = [src_ids[i] + [eos] for i in batch]
         S = max(len(row) for row in rows)
         src = torch.tensor([row + [pad] * (S - len(row)) for row in rows], device=device)  # (B, S)
         generated = hf_model.generate(
-            input_ids=src, attention_mask=src != pad, num_beams=1, do_sample=False,
-            max_length=1 + max(limits[i] for i in batch),
+            input_ids=src, attention_mask=src != pad, do_sample=False,
+            max_length=1 + max(limits[i] for i in batch), **search,
         )  # fmt: skip
         for i, row in zip(batch, generated[:, 1:].tolist()):  # (B, 1 + L): drop the start token
             outputs[i] = cut(row, limits[i], eos)
     return outputs
 
 
-def decode_ctranslate2(translator, src_ids, tokenizer, settings, max_positions: int) -> list[list[int]]:
-    """Greedy ``translate_batch`` over our batches (pieces in, pieces out); one limit per batch, each output
-    cut at its own; ``min_decoding_length=0`` as ours may produce an empty translation."""
+def decode_ctranslate2(
+    translator, src_ids, tokenizer, settings, max_positions: int, beam: int = 1
+) -> list[list[int]]:
+    """``translate_batch`` over our batches (pieces in, pieces out), greedy or with ``beam`` beams; one limit
+    per batch, each output cut at its own; ``min_decoding_length=0`` as ours may produce an empty one."""
     eos = tokenizer.eos_id
     pieces = tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
     ids = {piece: i for i, piece in enumerate(pieces)}
@@ -178,15 +186,28 @@ def decode_ctranslate2(translator, src_ids, tokenizer, settings, max_positions: 
     for batch in length_batches(src_ids, settings.max_tokens):
         tokens = [[pieces[t] for t in src_ids[i]] + [pieces[eos]] for i in batch]
         results = translator.translate_batch(
-            tokens, beam_size=1, max_decoding_length=max(limits[i] for i in batch), min_decoding_length=0
-        )
+            tokens, beam_size=beam, length_penalty=settings.length_penalty,
+            max_decoding_length=max(limits[i] for i in batch), min_decoding_length=0,
+        )  # fmt: skip
         for i, result in zip(batch, results):
             outputs[i] = cut([ids[piece] for piece in result.hypotheses[0]], limits[i], eos)
     return outputs
 
 
-def load_engines(model, tokenizer, settings, checkpoint, export_dir: Path, device: str) -> dict:
-    """{name: src_ids -> outputs}: ours, then the checkpoint exported to transformers and CTranslate2."""
+OURS, OURS_BEAM = "ours (cached greedy)", "ours beam {beam}"
+RATIOS = {  # the last lines: ratio_<name>=<first engine's sentences/s ÷ the second's>
+    "vs_hf": (OURS, "transformers generate()"),
+    "vs_ct2": (OURS, "CTranslate2 float32"),
+    "int8_vs_ct2_int8": ("ours int8 (cached greedy)", "CTranslate2 int8"),
+    "beam{beam}_vs_hf": (OURS_BEAM, "transformers generate() beam {beam}"),
+    "beam{beam}_vs_ct2": (OURS_BEAM, "CTranslate2 float32 beam {beam}"),
+}
+
+
+def load_engines(model, tokenizer, settings, checkpoint, export_dir: Path, device: str, beam: int) -> dict:
+    """{name: (src_ids -> outputs, the engine whose lines it is compared with)}: ours in fp32, int8 and bf16
+    (the last two on the CPU), the checkpoint exported to transformers and CTranslate2 (fp32, int8), each
+    greedy; then ours, generate() and CTranslate2 fp32 with ``beam`` beams."""
     import ctranslate2
     import transformers
 
@@ -194,61 +215,72 @@ def load_engines(model, tokenizer, settings, checkpoint, export_dir: Path, devic
 
     export(checkpoint, export_dir / "hf", export_dir / "ct2")
     hf_model = transformers.MarianMTModel.from_pretrained(export_dir / "hf").to(device).eval()
-    max_positions = model.config.max_positions
-    ct2_device = "cuda" if device.startswith("cuda") else "cpu"
-    threads = {"intra_threads": torch.get_num_threads()} if ct2_device == "cpu" else {}
-    ours = Translator(model, tokenizer, settings, device, "fp32")
-    engines = {
-        "ours (cached greedy)": lambda ids: decode(ours, ids, {"beam_size": 1})[0],
-        "transformers generate()": lambda ids: decode_transformers(
-            hf_model, ids, tokenizer, settings, max_positions, device
-        ),
-    }
-    for compute_type in ("float32", "int8"):
-        translator = ctranslate2.Translator(
-            str(export_dir / "ct2"), device=ct2_device, compute_type=compute_type, **threads
-        )
-        engines[f"CTranslate2 {compute_type}"] = lambda ids, t=translator: decode_ctranslate2(
-            t, ids, tokenizer, settings, max_positions
-        )
+    cpu = not device.startswith("cuda")
+    threads = {"intra_threads": torch.get_num_threads()} if cpu else {}
+    path, ct2_device = str(export_dir / "ct2"), "cpu" if cpu else "cuda"
+    ct2 = {kind: ctranslate2.Translator(path, device=ct2_device, compute_type=kind, **threads)
+           for kind in ("float32", "int8")}  # fmt: skip
+    limits = dict(settings=settings, max_positions=model.config.max_positions)
+
+    def ours(precision: str, k: int):
+        translator = Translator(model, tokenizer, settings, device, precision)
+        return lambda ids: decode(translator, ids, {"beam_size": k})[0]
+
+    def hf(k: int):
+        return lambda ids: decode_transformers(hf_model, ids, tokenizer, device=device, beam=k, **limits)
+
+    def ctranslate(kind: str, k: int):
+        return lambda ids: decode_ctranslate2(ct2[kind], ids, tokenizer, beam=k, **limits)
+
+    beam_name = OURS_BEAM.format(beam=beam)
+    engines = {OURS: (ours("fp32", 1), OURS)}
+    engines |= {f"ours {p} (cached greedy)": (ours(p, 1), OURS) for p in ("int8", "bf16") if cpu}
+    engines["transformers generate()"] = (hf(1), OURS)
+    engines |= {f"CTranslate2 {kind}": (ctranslate(kind, 1), OURS) for kind in ("float32", "int8")}
+    engines[beam_name] = (ours("fp32", beam), beam_name)
+    engines[f"transformers generate() beam {beam}"] = (hf(beam), beam_name)
+    engines[f"CTranslate2 float32 beam {beam}"] = (ctranslate("float32", beam), beam_name)
     return engines
 
 
 def compare_engines(model, tokenizer, settings, test, checkpoint, args, log=print) -> dict:
     """Decode ``test`` with every engine (one warm-up on 8 sentences each, then one timed run): {name:
-    {seconds, sentences_per_s, bleu, chrf, differ, at_limit}} and ratio_vs_hf."""
+    {seconds, sentences_per_s, bleu, chrf, differ, at_limit}} and the ratios of ``RATIOS``."""
     src_ids = tokenizer.encode_batch(test.src)
     limits = sentence_limits(src_ids, settings.max_len_offset, model.config.max_positions)
     sync = torch.cuda.synchronize if str(args.device).startswith("cuda") else (lambda: None)
     with tempfile.TemporaryDirectory() as tmp:
         export_dir = Path(args.export_dir or tmp)
-        engines = load_engines(model, tokenizer, settings, checkpoint, export_dir, args.device)
+        engines = load_engines(model, tokenizer, settings, checkpoint, export_dir, args.device, args.beam)
         log(f"exported to {export_dir}/hf (transformers) and {export_dir}/ct2 (CTranslate2)", flush=True)
-        results, ours = {}, None
+        results, outputs = {}, {}
         with torch.no_grad():
-            for name, engine in engines.items():
+            for name, (engine, reference) in engines.items():
                 engine(src_ids[:8])  # warm-up
                 sync()
                 start = time.perf_counter()
-                outputs = engine(src_ids)
+                outputs[name] = engine(src_ids)
                 sync()
                 seconds = time.perf_counter() - start
-                ours = outputs if ours is None else ours
-                scores = bleu_chrf(tokenizer.decode_batch(outputs), test.tgt)
+                scores = bleu_chrf(tokenizer.decode_batch(outputs[name]), test.tgt)
+                differ = sum(a != b for a, b in zip(outputs[name], outputs[reference]))
                 results[name] = {
                     "seconds": seconds, "sentences_per_s": len(src_ids) / seconds, "bleu": scores["bleu"],
-                    "chrf": scores["chrf"], "differ": sum(a != b for a, b in zip(outputs, ours)),
-                    "at_limit": sum(len(o) == limit for o, limit in zip(outputs, limits)),
+                    "chrf": scores["chrf"], "differ": differ,
+                    "at_limit": sum(len(o) == limit for o, limit in zip(outputs[name], limits)),
                 }  # fmt: skip
                 r = results[name]
                 log(
-                    f"{name:>24}: {seconds:7.1f} s  {r['sentences_per_s']:8.1f} sentences/s  BLEU "
-                    f"{r['bleu']:5.2f}  lines differing from ours: {r['differ']} of {len(src_ids)}  "
+                    f"{name:>32}: {seconds:7.1f} s  {r['sentences_per_s']:8.1f} sentences/s  BLEU "
+                    f"{r['bleu']:5.2f}  lines differing from {reference}: {r['differ']} of {len(src_ids)}  "
                     f"(stopped at the length limit: {r['at_limit']})",
                     flush=True,
                 )
-    hf = results["transformers generate()"]["sentences_per_s"]
-    results["ratio_vs_hf"] = results["ours (cached greedy)"]["sentences_per_s"] / hf
+    for ratio, (mine, theirs) in RATIOS.items():
+        mine, theirs = mine.format(beam=args.beam), theirs.format(beam=args.beam)
+        if mine in results and theirs in results:
+            speed = results[mine]["sentences_per_s"] / results[theirs]["sentences_per_s"]
+            results[f"ratio_{ratio.format(beam=args.beam)}"] = speed
     return results
 
 
@@ -291,7 +323,8 @@ def main(argv=None) -> int:
             print(f'error: --compare needs transformers and ctranslate2 (pip install -e ".[hf]"): {error}',
                   file=sys.stderr)  # fmt: skip
             return 1
-        print(f"ratio_vs_hf={results['ratio_vs_hf']:.2f}")
+        for name in (k for k in results if k.startswith("ratio_")):
+            print(f"{name}={results[name]:.2f}")
         return 0
     results = measure_decoding(
         model, tokenizer, settings, test, args.device, args.beam, log=lambda line: print(line, flush=True)

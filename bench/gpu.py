@@ -181,9 +181,9 @@ def stage_throughput(plan: Plan, work: Path, out: Path, save: Callable[[dict], N
             plan.data_dir, max_tokens, plan.throughput_steps, plan.vocab_size
         )
         measured = train_throughput.measure(
-            sizes, batches, vocab, plan.throughput_steps, plan.device, dtype, backend
+            sizes, batches, vocab, plan.throughput_steps, plan.device, {plan.precision: dtype}, backend
         )
-        (ours, ours_flops), (theirs, theirs_flops) = measured["ours"], measured["torch"]
+        (ours, ours_flops), (theirs, theirs_flops) = (measured[m, plan.precision] for m in ("ours", "torch"))
         run = {
             "max_tokens": max_tokens,
             "batches": len(batches),

@@ -5,12 +5,15 @@ the data the script refuses to run rather than time made-up ones) and optimizer;
 + Adam) are interleaved, ours / theirs / ours / ..., and we compare the medians of target tokens per second.
 
     python bench/train_throughput.py [--data-dir DIR] [--steps 20] [--sizes default base]
-                                     [--device cuda --precision bf16 --max-tokens 25000] [--compile]
+                                     [--precisions fp32 bf16] [--device cuda --max-tokens 25000] [--compile]
 
-On CUDA it also reports model FLOP utilisation (MFU): the model's matmul FLOPs per step (forward ×3 for
-forward + backward) ÷ step time ÷ the GPU's peak dense throughput (``--peak-tflops``).
+Each precision (autocast; fp32 master weights and Adam state) runs both models, every batch through each
+(model, precision) in turn. Model FLOP utilisation (MFU): the model's matmul FLOPs per step (forward ×3 for
+forward + backward) ÷ step time ÷ the roofline: on a CPU, a 1024³ matmul in that precision measured by this
+script first; on CUDA, the GPU's peak dense throughput (``--peak-tflops``).
 
-Last line: ratio_vs_torch=<ours tokens/s ÷ PyTorch tokens/s on the default config's sizes>.
+Last lines: ratio_vs_torch_<precision>=<ours tokens/s ÷ PyTorch tokens/s on the default config's sizes>
+for each precision, then ratio_vs_torch= (the first precision's).
 """
 
 import argparse
@@ -109,10 +112,12 @@ def measure(
     vocab: int,
     steps: int,
     device: str,
-    dtype,
+    dtypes: dict[str, torch.dtype | None],
     compile_backend: str | None = None,
 ) -> dict:
-    """{"ours" | "torch": (median target tokens/s, median model FLOP/s)} over ``steps`` interleaved steps.
+    """{(model, precision): (median target tokens/s, median model FLOP/s)} over ``steps`` steps, model in
+    "ours" | "torch" and precision a key of ``dtypes``; every batch goes through each (model, precision) in
+    turn (ours fp32, torch fp32, ours bf16, ...), so that a slower spell of the machine hits them all.
 
     ``compile_backend`` (e.g. "inductor"): our model runs under ``torch.compile(dynamic=True)``, as with
     ``train.compile``; nn.Transformer stays eager. Compilation happens in the warm-up rounds.
@@ -127,11 +132,14 @@ def measure(
     optimizers = {
         k: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9) for k, m in models.items()
     }
-    rates, flops_per_s = {k: [] for k in models}, {k: [] for k in models}
+    keys = [(name, precision) for precision in dtypes for name in models]
+    rates, flops_per_s = {k: [] for k in keys}, {k: [] for k in keys}
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     for i in range(steps + warmup):
         batch = batches[i % len(batches)].to(device)
-        for name, model in models.items():
+        B, S, T = batch.src.size(0), batch.src.size(1), batch.tgt_in.size(1)
+        for name, precision in keys:
+            model, dtype = models[name], dtypes[precision]
             model.train()
             sync()
             t0 = time.perf_counter()
@@ -144,10 +152,27 @@ def measure(
             sync()
             seconds = time.perf_counter() - t0
             if i >= warmup:
-                rates[name].append(batch.n_tgt_tokens / seconds)
-                B, S, T = batch.src.size(0), batch.src.size(1), batch.tgt_in.size(1)
-                flops_per_s[name].append(step_flops(sizes, B, S, T, vocab) / seconds)
-    return {k: (statistics.median(rates[k]), statistics.median(flops_per_s[k])) for k in models}
+                rates[name, precision].append(batch.n_tgt_tokens / seconds)
+                flops_per_s[name, precision].append(step_flops(sizes, B, S, T, vocab) / seconds)
+    return {k: (statistics.median(rates[k]), statistics.median(flops_per_s[k])) for k in keys}
+
+
+def matmul_roofline(device: str, dtype: torch.dtype | None, n: int = 1024, repeats: int = 20) -> float:
+    """FLOP/s of one (n, n) @ (n, n) matmul in ``dtype`` on ``device``, measured here: the ceiling that a
+    model's matmuls can reach on this machine (what MFU is measured against on a CPU)."""
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    a, b = (torch.randn(n, n, device=device).to(dtype or torch.float32) for _ in range(2))
+    for _ in range(3):
+        a @ b
+    sync()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    sync()
+    return 2.0 * n**3 * repeats / (time.perf_counter() - start)
+
+
+DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def main():
@@ -157,11 +182,11 @@ def main():
     parser.add_argument("--max-tokens", type=int, default=4000)
     parser.add_argument("--sizes", nargs="+", default=["default", "base"], choices=list(SIZES))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=list(DTYPES))
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="GPU peak (H100/H200 bf16: 989)")
     parser.add_argument("--compile", action="store_true", help="our model under torch.compile (inductor)")
     args = parser.parse_args()
-    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
+    dtypes = {precision: DTYPES[precision] for precision in args.precisions}
     from transformer.corpus import DataError
 
     try:
@@ -169,28 +194,31 @@ def main():
     except DataError as error:
         print(f"error: no Multi30k data ({error}); pass --data-dir or set MULTI30K_DIR", file=sys.stderr)
         return 1
-    where = (
-        torch.cuda.get_device_name()
-        if args.device.startswith("cuda")
-        else f"{torch.get_num_threads()} threads"
-    )
-    print(f"torch {torch.__version__}, {args.device} ({where}), {args.precision}, {len(batches)} batches")
+    cuda = args.device.startswith("cuda")
+    where = torch.cuda.get_device_name() if cuda else f"{torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__}, {args.device} ({where}), {len(batches)} batches", flush=True)
+    roofline = {p: matmul_roofline(args.device, dtype) for p, dtype in dtypes.items()}
+    measured = ", ".join(f"{p} {flops / 1e9:.0f} GFLOP/s" for p, flops in roofline.items())
+    print(f"roofline (a 1024³ matmul, measured here): {measured}", flush=True)
     ratios = {}
     for name in args.sizes:
         backend = "inductor" if args.compile else None
-        result = measure(SIZES[name], batches, vocab, args.steps, args.device, dtype, backend)
-        (ours, ours_flops), (theirs, theirs_flops) = result["ours"], result["torch"]
-        ratios[name] = ours / theirs
-        line = (
-            f"{name:8s} ours {ours:9.0f} tgt tok/s   torch {theirs:9.0f} tgt tok/s   ratio {ratios[name]:.3f}"
-        )
-        if args.device.startswith("cuda"):
-            peak = args.peak_tflops * 1e12
-            line += f"   MFU ours {ours_flops / peak:.1%} torch {theirs_flops / peak:.1%}"
-        else:
-            line += f"   ours {ours_flops / 1e9:.1f} GFLOP/s"
-        print(line, flush=True)
-    print(f"ratio_vs_torch={ratios.get('default', next(iter(ratios.values()))):.3f}")
+        result = measure(SIZES[name], batches, vocab, args.steps, args.device, dtypes, backend)
+        for precision in dtypes:
+            (ours, ours_flops), (theirs, theirs_flops) = result["ours", precision], result["torch", precision]
+            ratios[name, precision] = ours / theirs
+            peak = args.peak_tflops * 1e12 if cuda else roofline[precision]
+            print(f"{name:8s} {precision}  ours {ours:7.0f} tgt tok/s  torch {theirs:7.0f} tgt tok/s  ratio "
+                  f"{ours / theirs:.3f}   ours {ours_flops / 1e9:.1f} GFLOP/s, MFU ours "
+                  f"{ours_flops / peak:.1%} torch {theirs_flops / peak:.1%}", flush=True)  # fmt: skip
+        if "fp32" in dtypes and len(dtypes) > 1:
+            for precision in (p for p in dtypes if p != "fp32"):
+                speedup = result["ours", precision][0] / result["ours", "fp32"][0]
+                print(f"{name:8s} ours {precision} ÷ ours fp32: {speedup:.3f}", flush=True)
+    first = args.sizes[0] if "default" not in args.sizes else "default"
+    for precision in dtypes:
+        print(f"ratio_vs_torch_{precision}={ratios[first, precision]:.3f}")
+    print(f"ratio_vs_torch={ratios[first, args.precisions[0]]:.3f}")
 
 
 if __name__ == "__main__":

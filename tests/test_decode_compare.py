@@ -1,5 +1,6 @@
-"""bench/decode_speed.py --compare on the tiny checkpoint: ours, transformers generate() and CTranslate2
-(fp32, int8) decode the same 16 sentences in the same batches, and greedy outputs agree line for line."""
+"""bench/decode_speed.py --compare on the tiny checkpoint: ours (fp32, int8, bf16), transformers generate()
+and CTranslate2 (fp32, int8) decode the same 16 sentences in the same batches, greedy and with 4 beams; fp32
+greedy outputs agree line for line, and the ratio lines are the sentences/s printed above them."""
 
 import re
 import sys
@@ -13,8 +14,15 @@ pytest.importorskip("ctranslate2")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import decode_speed  # noqa: E402
 
-ENGINES = ["ours (cached greedy)", "transformers generate()", "CTranslate2 float32", "CTranslate2 int8"]
-LINE = r"^\s*{}: +[\d.]+ s +([\d.]+) sentences/s  BLEU +[\d.]+  lines differing from ours: (\d+) of 16"
+ENGINES = ["ours (cached greedy)", "ours int8 (cached greedy)", "ours bf16 (cached greedy)",
+           "transformers generate()", "CTranslate2 float32", "CTranslate2 int8", "ours beam 4",
+           "transformers generate() beam 4", "CTranslate2 float32 beam 4"]  # fmt: skip
+LINE = r"^\s*{}: +[\d.]+ s +([\d.]+) sentences/s  BLEU +[\d.]+  lines differing from (.+?): (\d+) of 16"
+RATIOS = {"vs_hf": ("ours (cached greedy)", "transformers generate()"),
+          "vs_ct2": ("ours (cached greedy)", "CTranslate2 float32"),
+          "int8_vs_ct2_int8": ("ours int8 (cached greedy)", "CTranslate2 int8"),
+          "beam4_vs_hf": ("ours beam 4", "transformers generate() beam 4"),
+          "beam4_vs_ct2": ("ours beam 4", "CTranslate2 float32 beam 4")}  # fmt: skip
 
 
 def test_compare_smoke(tiny_checkpoint, tmp_path, capsys):
@@ -26,14 +34,17 @@ def test_compare_smoke(tiny_checkpoint, tmp_path, capsys):
     for name in ENGINES:
         match = re.search(LINE.format(re.escape(name)), out, re.M)
         assert match, f"no line for {name}:\n{out}"
-        found[name] = float(match.group(1)), int(match.group(2))
+        found[name] = float(match.group(1)), match.group(2), int(match.group(3))
     # several batches of mixed lengths: each engine's one limit per batch, then each sentence's own cut
-    assert found["transformers generate()"][1] == 0 and found["CTranslate2 float32"][1] == 0
+    assert found["transformers generate()"][1:] == ("ours (cached greedy)", 0)
+    assert found["CTranslate2 float32"][1:] == ("ours (cached greedy)", 0)
+    assert found["transformers generate() beam 4"][1] == "ours beam 4"
     assert (tmp_path / "hf" / "config.json").is_file() and (tmp_path / "ct2" / "model.bin").is_file()
-    last = out.strip().splitlines()[-1]
-    ratio = float(re.fullmatch(r"ratio_vs_hf=([\d.]+)", last).group(1))
-    ours, hf = found["ours (cached greedy)"][0], found["transformers generate()"][0]
-    assert ratio == pytest.approx(ours / hf, rel=0.05, abs=0.01)
+    last = out.strip().splitlines()[-len(RATIOS) :]
+    assert [line.split("=")[0] for line in last] == [f"ratio_{name}" for name in RATIOS]
+    for line, (mine, theirs) in zip(last, RATIOS.values()):
+        ratio = float(re.fullmatch(r"ratio_\w+=([\d.]+)", line).group(1))
+        assert ratio == pytest.approx(found[mine][0] / found[theirs][0], rel=0.05, abs=0.01), line
 
 
 def test_sentence_limits_and_cut_are_ours():

@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from transformer.config import PRECISIONS
+from transformer.config import DECODE_PRECISIONS
 
 EPILOG = """\
 stdout holds the translations only, exactly one line per input line, in input order; warnings,
@@ -120,8 +120,9 @@ def add_output_arguments(parser) -> None:
         help="translate stdin line by line, flushing each answer (default: when stdin is a terminal)",
     )  # fmt: skip
     parser.add_argument(
-        "--precision", default="auto", choices=PRECISIONS,
-        help="autocast as in validation: auto = bf16 on CUDA, fp32 on the CPU (default: auto)",
+        "--precision", default="auto", choices=DECODE_PRECISIONS,
+        help="autocast as in validation: auto = bf16 on CUDA, fp32 on the CPU; int8: int8 linear layers on "
+        "the CPU (torchao, the extra .[int8]) (default: auto)",
     )  # fmt: skip
 
 

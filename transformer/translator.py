@@ -44,6 +44,7 @@ from transformer.decoding import beam_search, beam_search_nbest, greedy_decode, 
 from transformer.evaluation import bleu_chrf
 from transformer.interop.released import is_released
 from transformer.model import Attention, Transformer
+from transformer.quantize import INT8, int8_model
 from transformer.runtime import autocast, autocast_dtype, resolve_device
 from transformer.sampling import Sampling, sample_tokens
 from transformer.tokenizer import Tokenizer
@@ -136,8 +137,12 @@ class Translator:
     ):
         """``settings``: beam size, length penalty, batch size (max_tokens) and max_len_offset.
         ``precision``: the autocast of validation: "auto" (bf16 on CUDA, fp32 on the CPU), "fp32", "bf16",
-        "fp16"."""
+        "fp16"; or "int8" on the CPU: a copy of the model with int8 linear layers (``quantize.py``)."""
         self.device = torch.device(device)
+        if precision == INT8:
+            if self.device.type != "cpu":
+                raise ValueError(f"precision int8 decodes on the CPU, not on {self.device}")
+            model, precision = int8_model(model), "fp32"
         self.model, self.tokenizer, self.settings = model.to(self.device).eval(), tokenizer, settings
         self.dtype = autocast_dtype(precision, self.device)  # None = fp32
         self.warn = warn

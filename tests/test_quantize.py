@@ -1,0 +1,62 @@
+"""int8 decoding (transformer/quantize.py, translate.py --precision int8): every linear layer of a copy of the
+model holds int8 weights with a scale per output channel, the model itself is left untouched, the logits stay
+close to fp32's while really differing, and the int8 translator translates like the fp32 one."""
+
+import pytest
+import torch
+from torch import nn
+
+import translate
+from transformer.checkpoint import load_for_inference
+from transformer.quantize import int8_model
+from transformer.translator import Translator
+
+pytest.importorskip("torchao")
+
+LINES = [
+    "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
+    "Ein Boston Terrier läuft über saftig-grünes Gras vor einem weißen Zaun.",
+    "Ein Mädchen in einem Karateanzug bricht einen Stock mit einem Tritt.",
+    "Fünf Leute in Winterjacken und mit Helmen stehen im Schnee mit Schneemobilen im Hintergrund.",
+    "Leute Reparieren das Dach eines Hauses.",
+    "Ein hell gekleideter Mann fotografiert eine Gruppe von Männern in dunklen Anzügen und mit Hüten.",
+]
+
+
+def test_every_linear_layer_is_int8_per_channel_and_the_model_is_untouched(tiny_checkpoint):
+    model, tokenizer, _ = load_for_inference(tiny_checkpoint)
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    quantized = int8_model(model)
+    linears = {name: m for name, m in quantized.named_modules() if isinstance(m, nn.Linear)}
+    assert {"output_proj", "encoder.layers.0.ffn.linear1", "decoder.layers.0.cross_attn.qkv_proj"} <= set(
+        linears
+    )
+    for name, linear in linears.items():
+        assert linear.weight.qdata.dtype == torch.int8, name
+        assert linear.weight.scale.numel() == linear.out_features, name  # one scale per output channel
+    for name, tensor in model.state_dict().items():
+        assert tensor.dtype == torch.float32 and torch.equal(tensor, before[name]), name
+    src = torch.tensor([tokenizer.encode(line) + [tokenizer.eos_id] for line in LINES[:1]])  # (1, S)
+    tgt_in = torch.tensor([[tokenizer.bos_id] + tokenizer.encode("A man in an orange hat.")])  # (1, T)
+    with torch.no_grad():
+        reference, got = model(src, tgt_in), quantized(src, tgt_in)  # (1, T, V)
+    error = ((got - reference).abs().max() / reference.abs().max()).item()
+    assert 0 < error < 0.05, error
+
+
+def test_the_int8_translator_translates_like_fp32(tiny_checkpoint, capsys, tmp_path):
+    fp32 = Translator.from_checkpoint(tiny_checkpoint)
+    int8 = Translator.from_checkpoint(tiny_checkpoint, precision="int8")
+    assert isinstance(int8.model.output_proj.weight.qdata, torch.Tensor)
+    same = sum(a == b for a, b in zip(fp32.translate(LINES), int8.translate(LINES)))
+    assert same >= len(LINES) - 2, same
+    scores = torch.tensor(int8.score(LINES[:2], ["A man in an orange hat.", "A dog runs on the grass."]))
+    reference = torch.tensor(fp32.score(LINES[:2], ["A man in an orange hat.", "A dog runs on the grass."]))
+    torch.testing.assert_close(scores, reference, rtol=0.05, atol=0.1)
+    source = tmp_path / "in.de"
+    source.write_text("".join(line + "\n" for line in LINES), encoding="utf-8")
+    assert (
+        translate.main(["--checkpoint", str(tiny_checkpoint), "--input", str(source), "--precision", "int8"])
+        == 0
+    )
+    assert capsys.readouterr().out.splitlines() == int8.translate(LINES)
