@@ -67,8 +67,20 @@ class ParallelText:
         return sha.hexdigest()
 
 
+class ReadWhole:
+    """``src`` / ``tgt`` of a streamed split: its ``whole`` text, read when first asked (small splits)."""
+
+    @property
+    def src(self) -> list[str]:
+        return self.whole.src
+
+    @property
+    def tgt(self) -> list[str]:
+        return self.whole.tgt
+
+
 @dataclass
-class ParallelFiles:
+class ParallelFiles(ReadWhole):
     """A split in two line-aligned files (plain or `.gz`), read only when asked: ``chunks`` and ``sentences``
     stream it; ``src`` / ``tgt`` read it whole (for small splits and tools)."""
 
@@ -108,14 +120,6 @@ class ParallelFiles:
     def whole(self) -> ParallelText:
         return read_parallel(self.src_path, self.tgt_path)
 
-    @property
-    def src(self) -> list[str]:
-        return self.whole.src
-
-    @property
-    def tgt(self) -> list[str]:
-        return self.whole.tgt
-
     def __len__(self) -> int:
         return len(self.whole)
 
@@ -124,7 +128,7 @@ class ParallelFiles:
 
 
 @dataclass
-class ParallelArrow:
+class ParallelArrow(ReadWhole):
     """A hub split read from the Arrow table ``datasets`` keeps on disk (memory-mapped): ``chunks`` and
     ``sentences`` turn a slice at a time into Python strings, so a split of millions of pairs is never held
     as text; ``src`` / ``tgt`` read it whole (validation and test)."""
@@ -168,14 +172,6 @@ class ParallelArrow:
     @cached_property
     def whole(self) -> ParallelText:
         return ParallelText(*self._pairs(0, len(self)))
-
-    @property
-    def src(self) -> list[str]:
-        return self.whole.src
-
-    @property
-    def tgt(self) -> list[str]:
-        return self.whole.tgt
 
     def __len__(self) -> int:
         return len(self.dataset)
