@@ -109,7 +109,8 @@ def train_store(
 ) -> TokenStore:  # fmt: skip
     """The training split's token store for this tokenizer: opened from the cache, else built there by
     rank 0 while the other ranks wait."""
-    model_sha = hashlib.sha256(tokenizer.to_bytes()).hexdigest()
+    tokenizer_bytes = tokenizer.to_bytes()  # a Marian tokenizer's are a zip made on each call: once
+    model_sha = hashlib.sha256(tokenizer_bytes).hexdigest()
     encoder = [encoder_version()] if isinstance(tokenizer, MarianText) else []  # SentencePiece: the bytes
     folder = cache_root(data) / f"store-{key_of('store', FORMAT, fingerprint, model_sha, *encoder)}"
     store = None
@@ -121,7 +122,7 @@ def train_store(
                     log(f"data: the store in {folder} cannot be used ({why}): building it again")
                 chunks = train.chunks(CHUNK_PAIRS)
                 workers = workers_for(train, data)
-                store = build_store(folder, chunks, tokenizer.to_bytes(), tokenizer.vocab_size, workers)
+                store = build_store(folder, chunks, tokenizer_bytes, tokenizer.vocab_size, workers)
     runtime.wait_for_main()
     if store is None:
         store, why = open_store(folder)
