@@ -32,7 +32,7 @@ from transformer.checkpoint import (
 from transformer.config import Config, ConfigError, load_config
 from transformer.corpus import DataError
 from transformer.data import Batch, iter_batches, lengths_of, make_batches, prefetch
-from transformer.evaluation import token_loss
+from transformer.loss import output_loss
 from transformer.optim import learning_rate, lr_scale, scaled_step, unscale_and_clip
 from transformer.run_folder import RunFolderError, keep_step_checkpoint, write_results
 from transformer.runtime import DeviceError
@@ -71,6 +71,7 @@ def accumulate_gradients(run: Run, train_model: torch.nn.Module, batches: list[B
     target tokens, on every rank together, as if they were one batch (label smoothing inside, §5.4).
     Returns this rank's part of the update's loss per target token."""
     rt, tc, never, pad_id = run.runtime, run.config.train, run.never_targets, unwrap(run.model).pad_id
+    proj, eps = unwrap(run.model).output_proj, tc.label_smoothing  # the loss applies proj, by blocks of rows
     n_local = float(sum(b.n_tgt_tokens for b in batches))  # a device tensor only when ranks must add theirs
     n_tokens = n_local if rt.world_size == 1 else rt.sum_over_ranks(torch.full((), n_local, device=rt.device))
     step_loss = torch.zeros((), device=rt.device)
@@ -80,8 +81,8 @@ def accumulate_gradients(run: Run, train_model: torch.nn.Module, batches: list[B
         last = i == len(batches) - 1  # DDP averages the gradients over ranks once, after the last one
         with run.model.no_sync() if rt.world_size > 1 and not last else contextlib.nullcontext():
             with rt.autocast():
-                logits = train_model(batch.src, batch.tgt_in)  # (B, T, V)
-            loss = token_loss(logits, batch.tgt_out, pad_id, tc.label_smoothing, never) / n_tokens
+                features = train_model(batch.src, batch.tgt_in, project=False)  # (B, T, D)
+                loss = output_loss(features, proj, batch.tgt_out, pad_id, eps, never) / n_tokens
             run.scaler.scale(loss * rt.world_size if rt.world_size > 1 else loss).backward()
         step_loss += loss.detach()
         run.state.train_tokens += batch.n_tgt_tokens

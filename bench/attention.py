@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_throughput import SIZES, TorchTransformerMT  # noqa: E402
 
 from transformer.attention import scaled_dot_product_attention  # noqa: E402
-from transformer.evaluation import token_loss  # noqa: E402
+from transformer.loss import token_loss  # noqa: E402
 from transformer.masks import causal_mask  # noqa: E402
 from transformer.model import Transformer  # noqa: E402
 

@@ -3,6 +3,9 @@
 Both get the same embeddings, positions, output layer, batches (real Multi30k token-bucket batches; without
 the data the script refuses to run rather than time made-up ones) and optimizer; steps (forward + backward
 + Adam) are interleaved, ours / theirs / ours / ..., and we compare the medians of target tokens per second.
+Each runs its own training step: ours as ``train.py`` does (the decoder's features, then ``output_loss``:
+the output layer and loss by blocks of rows, padding rows skipped), nn.Transformer's the textbook way
+(logits, then ``token_loss``); the FLOPs counted are the same for both.
 
     python bench/train_throughput.py [--data-dir DIR] [--steps 20] [--sizes default base]
                                      [--precisions fp32 bf16] [--device cuda --max-tokens 25000] [--compile]
@@ -26,7 +29,7 @@ import torch
 from torch import nn
 
 from transformer.config import ModelConfig, load_config
-from transformer.evaluation import token_loss
+from transformer.loss import output_loss, token_loss
 from transformer.masks import causal_mask
 from transformer.model import Transformer
 
@@ -144,8 +147,12 @@ def measure(
             sync()
             t0 = time.perf_counter()
             with torch.autocast(device.split(":")[0], dtype=dtype, enabled=dtype is not None):
-                logits = model(batch.src, batch.tgt_in)
-            loss = token_loss(logits, batch.tgt_out, 0, 0.1) / batch.n_tgt_tokens
+                if name == "ours":  # train.py's step: features, then the projection + loss by blocks of rows
+                    features = model(batch.src, batch.tgt_in, project=False)
+                    loss = output_loss(features, ours.output_proj, batch.tgt_out, 0, 0.1)
+                else:  # the textbook step: logits (B, T, V), then the loss
+                    loss = token_loss(model(batch.src, batch.tgt_in), batch.tgt_out, 0, 0.1)
+            loss = loss / batch.n_tgt_tokens
             optimizers[name].zero_grad(set_to_none=True)
             loss.backward()
             optimizers[name].step()

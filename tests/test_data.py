@@ -6,6 +6,7 @@ import shutil
 from itertools import accumulate
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -308,6 +309,12 @@ def check_batch(batch: Batch) -> None:
 # -------- batches --------------------------------------------------------------------------------
 
 
+def as_lists(batches):
+    """make_batches' int64 arrays as lists of ints, to compare whole epochs."""
+    assert all(batch.dtype == np.int64 for batch in batches)
+    return [batch.tolist() for batch in batches]
+
+
 @pytest.mark.parametrize("shuffle", [True, False])
 def test_batches_cover_each_sentence_once_within_budget(lengths, shuffle):
     src_lengths, tgt_lengths = lengths
@@ -317,10 +324,10 @@ def test_batches_cover_each_sentence_once_within_budget(lengths, shuffle):
     collated = iter_batches(src_ids, tgt_ids, batches, PAD_ID, BOS_ID, EOS_ID)
     for indices, batch in zip(batches, collated, strict=True):
         check_batch(batch)
-        assert batch.indices.tolist() == indices
+        assert batch.indices.tolist() == indices.tolist()
         cost = batch.src.numel() + batch.tgt_in.numel()  # B * (S + T), padding included
         assert cost <= 1000 or len(indices) == 1  # a pair over budget comes alone
-    alone = [batch for batch in batches if len(batch) == 1]
+    alone = [batch.tolist() for batch in batches if len(batch) == 1]
     assert [3000] in alone and [3001] in alone
 
 
@@ -346,7 +353,7 @@ def test_batches_are_sorted_by_length(lengths):
 
 def test_training_batches_deterministic_per_epoch(lengths):
     def epoch_batches(seed, epoch):
-        return make_batches(*lengths, max_tokens=1000, shuffle=True, seed=seed, epoch=epoch)
+        return as_lists(make_batches(*lengths, max_tokens=1000, shuffle=True, seed=seed, epoch=epoch))
 
     assert epoch_batches(seed=1, epoch=0) == epoch_batches(seed=1, epoch=0)
     assert epoch_batches(seed=1, epoch=0) != epoch_batches(seed=1, epoch=1)
@@ -363,8 +370,8 @@ def test_batches_respect_indices(lengths):
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_shards_disjoint_and_covering(lengths, world_size, shuffle):
     args = dict(max_tokens=1000, shuffle=shuffle, seed=5, epoch=2, world_size=world_size)
-    whole = make_batches(*lengths, **(args | dict(world_size=1)))
-    shards = [make_batches(*lengths, **args, rank=rank) for rank in range(world_size)]
+    whole = as_lists(make_batches(*lengths, **(args | dict(world_size=1))))
+    shards = [as_lists(make_batches(*lengths, **args, rank=rank)) for rank in range(world_size)]
     assert len({len(shard) for shard in shards}) == 1  # every rank takes the same number of steps
     n_extra = len(shards[0]) * world_size - len(whole)
     assert 0 <= n_extra < world_size
@@ -473,4 +480,4 @@ def test_make_batches_equals_the_plain_python_reference(case):
     indices = None if case % 2 else sorted(torch.randperm(n, generator=g)[: n // 2].tolist())
     args = dict(max_tokens=[200, 4000][case % 2], shuffle=case % 3 != 0, seed=case, epoch=case % 4,
                 indices=indices, chunk_batches=[1, 100][case // 6])  # fmt: skip
-    assert make_batches(src, tgt, **args) == reference_batches(src, tgt, **args)
+    assert as_lists(make_batches(src, tgt, **args)) == reference_batches(src, tgt, **args)

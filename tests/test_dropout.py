@@ -57,3 +57,20 @@ def test_repeatable_under_the_global_seed_and_identity_in_eval():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_keeps_low_precision_dtypes(dtype):
     assert dropout(torch.ones(100, dtype=dtype), 0.1).dtype == dtype
+
+
+def test_equals_the_plain_mask_product_and_keeps_only_a_one_byte_mask():
+    """x · (0 or 1/(1-p)) as the plain product with the same random draws, gradient included, bit for bit;
+    what autograd keeps for the backward pass is the boolean mask, not a mask in x's dtype."""
+    x = torch.randn(37, 50, requires_grad=True)
+    torch.manual_seed(5)
+    y = dropout(x, 0.1)
+    torch.manual_seed(5)
+    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
+    numbers = words.view(torch.int16)[: x.numel()].view(x.shape)
+    mask = torch.where(numbers < round(0.1 * 65536) - 32768, 0.0, 65536 / (65536 - round(0.1 * 65536)))
+    assert torch.equal(y, x * mask)
+    assert [t.dtype for t in y.grad_fn.saved_tensors] == [torch.bool]
+    upstream = torch.randn(37, 50)
+    (grad,) = torch.autograd.grad(y, x, upstream)
+    assert torch.equal(grad, upstream * mask)

@@ -117,7 +117,7 @@ def test_resume_from_truncated_last_is_a_one_line_error(tmp_path, capsys):
 
 def nan_after(step: int, monkeypatch):
     """Make the training loss NaN from optimizer update ``step`` on."""
-    real = train.token_loss
+    real = train.output_loss
     calls = {"n": 0}
 
     def loss(*args, **kwargs):
@@ -125,7 +125,7 @@ def nan_after(step: int, monkeypatch):
         value = real(*args, **kwargs)
         return value * float("nan") if calls["n"] >= step and torch.is_grad_enabled() else value
 
-    monkeypatch.setattr(train, "token_loss", loss)
+    monkeypatch.setattr(train, "output_loss", loss)
 
 
 @needs_data
@@ -163,7 +163,7 @@ def test_a_deferred_nonfinite_check_stops_within_sync_every_steps(
 
 @needs_data
 def test_nonfinite_loss_can_skip_the_update(tmp_path, monkeypatch, capsys):
-    real = train.token_loss
+    real = train.output_loss
     calls = {"n": 0}
 
     def loss(*args, **kwargs):  # only the 5th batch is poisoned
@@ -171,7 +171,7 @@ def test_nonfinite_loss_can_skip_the_update(tmp_path, monkeypatch, capsys):
         value = real(*args, **kwargs)
         return value * float("nan") if calls["n"] == 5 else value
 
-    monkeypatch.setattr(train, "token_loss", loss)
+    monkeypatch.setattr(train, "output_loss", loss)
     run_dir = tmp_path / "run"
     assert train.main(argv(run_dir, *COMMON, "train.nonfinite_loss=skip", "train.max_steps=8")) == 0
     assert "skipping step 5" in capsys.readouterr().err

@@ -15,7 +15,7 @@ from transformer.checkpoint import load_checkpoint
 from transformer.config import ConfigError, ModelConfig, load_config
 from transformer.corpus import read_lines
 from transformer.data import collate
-from transformer.evaluation import token_loss
+from transformer.loss import token_loss
 from transformer.model import Transformer
 from transformer.optim import learning_rate
 

@@ -21,7 +21,7 @@ from transformer.average import main as average_main
 from transformer.checkpoint import load_checkpoint, load_for_inference
 from transformer.config import ModelConfig, TrainConfig
 from transformer.data import collate
-from transformer.evaluation import token_loss
+from transformer.loss import token_loss
 from transformer.model import Transformer
 from transformer.runtime import Runtime
 

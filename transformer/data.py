@@ -185,7 +185,7 @@ def collate(
         src=src,
         tgt_in=tgt_in,
         tgt_out=tgt_out,
-        indices=torch.tensor(list(indices), dtype=torch.long),  # (B,)
+        indices=torch.as_tensor(np.asarray(indices, dtype=np.int64)),  # (B,)
         n_src_tokens=sum(len(s) + 1 for s, _ in pairs),
         n_tgt_tokens=sum(len(t) + 1 for _, t in pairs),
     )
@@ -202,12 +202,12 @@ def make_batches(
     world_size: int = 1,
     indices: Sequence[int] | None = None,
     chunk_batches: int = 100,
-) -> list[list[int]]:
+) -> list[np.ndarray]:
     """Group sentence pairs of similar length into batches of at most `max_tokens` padded tokens.
 
     `src_lengths` / `tgt_lengths` are token counts without BOS / EOS; `indices` (default: all)
     selects the pairs to batch, e.g. the output of `clean_pairs`. Returns this rank's batches,
-    each a list of indices. A batch costs B * (S + T) tokens including padding and the added
+    each an array of indices. A batch costs B * (S + T) tokens including padding and the added
     EOS / BOS, as `collate` will build it; only a single pair longer than the budget exceeds it,
     as a batch of one.
 
@@ -262,30 +262,26 @@ def cut_into_batches(
     src_lengths: Sequence[int],
     tgt_lengths: Sequence[int],
     max_tokens: int,
-) -> list[list[int]]:
+) -> list[np.ndarray]:
     """Cut `order`, as it is, into consecutive batches of padded size B * (S + T) <= max_tokens.
 
     `make_batches` sorts by length first; without that (a random order) most tokens are padding.
+    The batches are int64 arrays, views of one array: at millions of pairs, lists of Python ints would
+    hold about 40 bytes per pair for the whole epoch.
     """
     order = np.asarray(order, dtype=np.int64)
-    rows = zip(
-        order.tolist(),
-        (np.asarray(src_lengths)[order] + 1).tolist(),
-        (np.asarray(tgt_lengths)[order] + 1).tolist(),
-    )  # fmt: skip  (+ EOS; + BOS or EOS)
-    batches, batch, S, T = [], [], 0, 0
-    for i, s, t in rows:
-        if batch and (len(batch) + 1) * (max(S, s) + max(T, t)) > max_tokens:
-            batches.append(batch)
-            batch, S, T = [], 0, 0
-        batch.append(i)
+    padded_src = (np.asarray(src_lengths)[order] + 1).tolist()  # + EOS
+    padded_tgt = (np.asarray(tgt_lengths)[order] + 1).tolist()  # + BOS or EOS
+    starts, start, S, T = [], 0, 0, 0  # starts: where each batch but the first begins in `order`
+    for k, (s, t) in enumerate(zip(padded_src, padded_tgt, strict=True)):
+        if k > start and (k - start + 1) * (max(S, s) + max(T, t)) > max_tokens:
+            starts.append(k)
+            start, S, T = k, 0, 0
         S, T = max(S, s), max(T, t)
-    if batch:
-        batches.append(batch)
-    return batches
+    return np.split(order, starts) if len(order) else []
 
 
-def _shard(batches: list[list[int]], rank: int, world_size: int) -> list[list[int]]:
+def _shard(batches: list[np.ndarray], rank: int, world_size: int) -> list[np.ndarray]:
     if not batches:
         return []
     n_per_rank = math.ceil(len(batches) / world_size)
@@ -296,7 +292,7 @@ def _shard(batches: list[list[int]], rank: int, world_size: int) -> list[list[in
 def iter_batches(
     src_ids: list[list[int]],
     tgt_ids: list[list[int]],
-    batches: list[list[int]],
+    batches: Sequence[Sequence[int]],
     pad_id: int,
     bos_id: int,
     eos_id: int,

@@ -22,8 +22,29 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     drop_below = round(p * 65536)  # of 65536 equally likely 16-bit values
     words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
     numbers = words.view(torch.int16)[:n].view(x.shape)  # uniform on [-32768, 32767]
-    zero, scale = x.new_zeros(()), x.new_full((), 65536 / (65536 - drop_below))
-    return x * torch.where(numbers < drop_below - 32768, zero, scale)  # one tensor: 0 or 1 / (1 - p)
+    scale = 65536 / (65536 - drop_below)
+    return _ScaleKept.apply(x, numbers >= drop_below - 32768, scale)
+
+
+class _ScaleKept(torch.autograd.Function):
+    """x · (kept ? scale : 0), keeping for the backward pass the 1-byte ``kept`` mask rather than the
+    mask of 0 / scale in x's dtype that ``x * mask`` would keep (4 bytes an element in fp32)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, kept: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.save_for_backward(kept)
+        ctx.scale = scale
+        return x * _mask(kept, scale, x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (kept,) = ctx.saved_tensors
+        return grad * _mask(kept, ctx.scale, grad), None, None
+
+
+def _mask(kept: torch.Tensor, scale: float, like: torch.Tensor) -> torch.Tensor:
+    """0 or 1 / (1 - p), in ``like``'s dtype: one tensor, multiplied in one go."""
+    return torch.where(kept, like.new_full((), scale), like.new_zeros(()))
 
 
 class Dropout(nn.Module):

@@ -169,8 +169,9 @@ class Transformer(nn.Module):
         memory, weights = self.encoder(src, src_mask)
         return memory, src_mask, weights
 
-    def decode(self, tgt_in, memory, src_mask, cache: Cache | None = None):
-        """tgt_in (B, T) -> logits (B, T, V), decoder self weights, cross weights (lists over layers).
+    def decode(self, tgt_in, memory, src_mask, cache: Cache | None = None, project: bool = True):
+        """tgt_in (B, T) -> logits (B, T, V) (``project=False``: features (B, T, D)), decoder self weights,
+        cross weights (lists over layers).
 
         Without a cache: the full shifted-right target under the causal + padding mask. With a cache:
         only the new token(s); no mask is needed since they may see every cached (past) token.
@@ -179,15 +180,18 @@ class Transformer(nn.Module):
             raise ValueError(f"decoding with a cache takes one new token per step, got {tgt_in.size(1)}")
         tgt_mask = None if cache is not None else decoder_self_mask(tgt_in, self.pad_id)  # (B, 1, T, T)
         x, self_weights, cross_weights = self.decoder(tgt_in, memory, tgt_mask, src_mask, cache)
-        return self.output_proj(x), self_weights, cross_weights  # (B, T, V)
+        return (self.output_proj(x) if project else x), self_weights, cross_weights  # (B, T, V | D)
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, return_attention: bool = False):
-        """src (B, S), tgt_in (B, T) -> logits (B, T, V) [, Attention]."""
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, return_attention: bool = False, project=True):
+        """src (B, S), tgt_in (B, T) -> logits (B, T, V) [, Attention].
+
+        ``project=False``: the decoder's output features (B, T, D) instead of logits, for training, whose
+        loss applies ``output_proj`` itself a block of rows at a time (``loss.output_loss``)."""
         memory, src_mask, encoder_weights = self.encode(src)
-        logits, self_weights, cross_weights = self.decode(tgt_in, memory, src_mask)
+        out, self_weights, cross_weights = self.decode(tgt_in, memory, src_mask, project=project)
         if return_attention:
-            return logits, Attention(encoder_weights, self_weights, cross_weights)
-        return logits
+            return out, Attention(encoder_weights, self_weights, cross_weights)
+        return out
 
     def new_cache(self) -> Cache:
         """An empty incremental-decoding cache, one entry per decoder layer."""
