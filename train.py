@@ -71,7 +71,9 @@ def accumulate_gradients(run: Run, train_model: torch.nn.Module, batches: list[B
     target tokens, on every rank together, as if they were one batch (label smoothing inside, §5.4).
     Returns this rank's part of the update's loss per target token."""
     rt, tc, never, pad_id = run.runtime, run.config.train, run.never_targets, unwrap(run.model).pad_id
-    proj, eps = unwrap(run.model).output_proj, tc.label_smoothing  # the loss applies proj, by blocks of rows
+    # the loss applies the output layer, by blocks of rows, outside DDP's forward: fine for DDP as long as
+    # find_unused_parameters stays off (its gradient arrives in the same backward pass)
+    proj, eps = unwrap(run.model).output_proj, tc.label_smoothing
     n_local = float(sum(b.n_tgt_tokens for b in batches))  # a device tensor only when ranks must add theirs
     n_tokens = n_local if rt.world_size == 1 else rt.sum_over_ranks(torch.full((), n_local, device=rt.device))
     step_loss = torch.zeros((), device=rt.device)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from transformer.dropout import Dropout, dropout
+from transformer.dropout import Dropout, dropout, relu_dropout
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
@@ -74,3 +74,18 @@ def test_equals_the_plain_mask_product_and_keeps_only_a_one_byte_mask():
     upstream = torch.randn(37, 50)
     (grad,) = torch.autograd.grad(y, x, upstream)
     assert torch.equal(grad, upstream * mask)
+
+
+def test_relu_dropout_equals_dropout_of_relu_and_keeps_one_byte_mask():
+    x = torch.randn(41, 64, requires_grad=True)
+    torch.manual_seed(9)
+    y = relu_dropout(x, 0.1)
+    assert [t.dtype for t in y.grad_fn.saved_tensors] == [torch.bool]
+    torch.manual_seed(9)
+    expected = dropout(torch.relu(x), 0.1)
+    assert torch.equal(y, expected)
+    upstream = torch.randn(41, 64)
+    assert torch.equal(torch.autograd.grad(y, x, upstream)[0], torch.autograd.grad(expected, x, upstream)[0])
+    assert (y == 0).float().mean() > 0.5  # the negatives and the dropped: both zero
+    eval_x = torch.randn(8)
+    assert torch.equal(relu_dropout(eval_x, 0.1, training=False), torch.relu(eval_x))

@@ -54,6 +54,19 @@ def scaled_dot_product_attention(
     return torch.matmul(weights, value), weights  # (..., Tq, Dv), (..., Tq, Tk)
 
 
+def beams_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 1 for beam search's cross-attention: the K beams of each of n sentences attend to that sentence's
+    one memory, without repeating its keys and values K times. query (n·K, H, 1, Dh), rows sentence-major;
+    key / value (n, H, S, Dh); mask (n, 1, 1, S). -> (output (n·K, H, 1, Dh), weights (n·K, H, 1, S)):
+    as ``scaled_dot_product_attention`` with key, value and mask repeated per beam."""
+    (n, H, S, Dh), K = key.shape, query.size(0) // key.size(0)
+    query = query.reshape(n, K, H, Dh).transpose(1, 2)  # (n, H, K, Dh): a sentence's beams as K queries
+    out, weights = scaled_dot_product_attention(query, key, value, mask)  # (n, H, K, Dh), (n, H, K, S)
+    return out.transpose(1, 2).reshape(n * K, H, 1, Dh), weights.transpose(1, 2).reshape(n * K, H, 1, S)
+
+
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """(B, T, D) -> (B, H, T, Dh): view the last dim as H heads, THEN move heads before time."""
     B, T, D = x.shape
@@ -122,6 +135,10 @@ class MultiHeadAttention(nn.Module):
                 k = torch.cat([cache["k"], k], dim=2)  # (B, H, Tk, Dh)
                 v = torch.cat([cache["v"], v], dim=2)  # (B, H, Tk, Dh)
             cache["k"], cache["v"] = k, v
-        dropout = self.dropout if self.training else 0.0
-        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout)  # (B, H, Tq, Dh)
+        if k.size(0) != q.size(0):  # beam search: a sentence's memory serves its K beams (decoding.py)
+            assert not self.training, "beams share a memory only in decoding"
+            out, weights = beams_attention(q, k, v, mask)  # (B, H, 1, Dh)
+        else:
+            dropout = self.dropout if self.training else 0.0
+            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout)  # (B, H, Tq, Dh)
         return self.out_proj(merge_heads(out)), weights  # (B, Tq, D), (B, H, Tq, Tk)

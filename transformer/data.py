@@ -227,7 +227,7 @@ def make_batches(
         raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be positive, got {max_tokens}")
-    s, t = np.asarray(src_lengths, dtype=np.int64), np.asarray(tgt_lengths, dtype=np.int64)  # (N,) each
+    s, t = np.asarray(src_lengths, dtype=np.int32), np.asarray(tgt_lengths, dtype=np.int32)  # (N,) each
     order = np.arange(len(s)) if indices is None else np.asarray(indices, dtype=np.int64)
 
     def by_length(pairs: np.ndarray) -> np.ndarray:
@@ -249,7 +249,7 @@ def make_batches(
 def _chunks(order: np.ndarray, s: np.ndarray, t: np.ndarray, chunk_tokens: int) -> Iterator[np.ndarray]:
     """Consecutive runs of `order` holding about `chunk_tokens` real tokens each: a run ends with the pair
     that brings it to `chunk_tokens` or more."""
-    cumulative = np.cumsum(s[order] + t[order] + 2)  # (N,) strictly increasing
+    cumulative = np.cumsum(s[order] + t[order] + 2, dtype=np.int64)  # (N,) strictly increasing
     start, before = 0, 0
     while start < len(order):
         end = int(np.searchsorted(cumulative, before + chunk_tokens, side="left")) + 1

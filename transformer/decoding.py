@@ -148,22 +148,22 @@ class _Beams:
     n_finished: torch.Tensor  # (n,) finished hypotheses so far
     scores: torch.Tensor  # (n·K,) log P of each live hypothesis
     tokens: torch.Tensor  # (n·K, 1 + L) BOS + the tokens so far
-    memory: torch.Tensor  # (n·K, S, D)
-    src_mask: torch.Tensor  # (n·K, 1, 1, S)
+    memory: torch.Tensor  # (n, S, D): one per sentence, its K beams attend to it together
+    src_mask: torch.Tensor  # (n, 1, 1, S)
     prefix: torch.Tensor | None  # (n·K, P) the tokens each hypothesis must start with, -1 = free
 
-    def keep(self, sentences: torch.Tensor) -> torch.Tensor:
-        """Keep only these sentences (indices into the n); returns the kept rows (n'·K,)."""
+    def keep(self, sentences: torch.Tensor, cache: Cache) -> None:
+        """Keep only these sentences (indices into the n), here and in the cache."""
         K = self.scores.numel() // self.active.numel()
         rows = (sentences[:, None] * K + torch.arange(K, device=sentences.device)).view(-1)  # (n'·K,)
-        self.active, self.limits, self.best_scores, self.n_finished = (
-            t[sentences] for t in (self.active, self.limits, self.best_scores, self.n_finished)
+        self.active, self.limits, self.best_scores, self.n_finished, self.memory, self.src_mask = (
+            t[sentences]
+            for t in (self.active, self.limits, self.best_scores, self.n_finished, self.memory, self.src_mask)
         )
-        self.scores, self.tokens, self.memory, self.src_mask = (
-            t[rows] for t in (self.scores, self.tokens, self.memory, self.src_mask)
-        )
+        self.scores, self.tokens = self.scores[rows], self.tokens[rows]
         self.prefix = None if self.prefix is None else self.prefix[rows]
-        return rows
+        _select_rows(cache, rows, parts=("self",))  # a row per beam
+        _select_rows(cache, sentences, parts=("cross",))  # a row per sentence
 
 
 def _start_beams(
@@ -182,8 +182,8 @@ def _start_beams(
         n_finished=torch.zeros(B, dtype=torch.long, device=device),
         scores=scores.view(-1),  # (B·K,)
         tokens=torch.full((B * K, int(limits.max()) + 1), model.start_id, dtype=torch.long, device=device),
-        memory=memory.repeat_interleave(K, dim=0),  # (B·K, S, D)
-        src_mask=src_mask.repeat_interleave(K, dim=0),  # (B·K, 1, 1, S)
+        memory=memory,  # (B, S, D)
+        src_mask=src_mask,  # (B, 1, 1, S)
         prefix=None if prefix is None else prefix.repeat_interleave(K, dim=0),  # (B·K, P)
     )
 
@@ -237,6 +237,24 @@ def _collect_finished(
         finished[i].append((norm, prefix if token == eos_id else prefix + [token], log_p))
 
 
+def _best_extensions(beams: _Beams, logits: torch.Tensor, model: Transformer, step: int):
+    """The 2K best one-token extensions of each sentence's K hypotheses by log P: (scores, row extended,
+    token), each (n, 2K). logits (n·K, 1, V).
+
+    In two stages: each row's 2K best tokens (a sentence's 2K best extensions are among them), then the
+    best 2K of those K·2K. log p = logit − logsumexp(logits): the (n·K, V) log-softmax is never written.
+    """
+    n, K = beams.active.numel(), beams.scores.numel() // beams.active.numel()
+    logits = _next_token_logits(logits, model).to(beams.scores.dtype)  # (n·K, V)
+    log_norm = torch.logsumexp(logits, dim=-1, keepdim=True)  # (n·K, 1)
+    logits = _force_prefix(logits, beams.prefix, step)  # a forced token keeps its real probability
+    row_best, row_tokens = logits.topk(min(2 * K, logits.size(-1)), dim=-1)  # (n·K, k') k' = 2K or V
+    candidates = (beams.scores[:, None] + (row_best - log_norm)).view(n, -1)  # (n, K·k') log P
+    top_scores, top = candidates.topk(2 * K, dim=-1)  # (n, 2K)
+    origin = top // row_best.size(-1) + (torch.arange(n, device=logits.device) * K)[:, None]  # (n, 2K)
+    return top_scores, origin, row_tokens.view(n, -1).gather(1, top)
+
+
 @torch.no_grad()
 def beam_search(
     model: Transformer,
@@ -263,24 +281,16 @@ def beam_search(
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    K, device, eos_id = beam_size, src.device, model.eos_id
+    K, eos_id = beam_size, model.eos_id
     beams = _start_beams(model, src, K, max_len_offset, prefix)
     outputs: list[list[int]] = [[] for _ in range(src.size(0))]
     cache = model.new_cache()
     for step in range(beams.tokens.size(1) - 1):
-        n = beams.active.numel()
         inputs = beams.tokens[:, step : step + 1]  # (n·K, 1)
         logits, _, _ = model.decode(inputs, beams.memory, beams.src_mask, cache)  # (n·K, 1, V)
         if step == 0:
             _contiguous_memory_cache(cache)
-        logits = _next_token_logits(logits, model)  # (n·K, V)
-        log_probs = torch.log_softmax(logits.to(beams.scores.dtype), dim=-1)  # (n·K, V)
-        log_probs = _force_prefix(log_probs, beams.prefix, step)  # (n·K, V)
-        V = log_probs.size(-1)
-        candidates = (beams.scores[:, None] + log_probs).view(n, K * V)  # (n, K·V)
-        top_scores, top = candidates.topk(2 * K, dim=-1)  # (n, 2K)
-        origin = top // V + (torch.arange(n, device=device) * K)[:, None]  # (n, 2K) row extended
-        next_tokens = top % V  # (n, 2K)
+        top_scores, origin, next_tokens = _best_extensions(beams, logits, model, step)  # (n, 2K) each
         done = _finish_hypotheses(
             beams, top_scores, next_tokens, origin, step, eos_id, length_penalty, outputs, finished
         )
@@ -293,7 +303,7 @@ def beam_search(
         if bool(done.all()):
             break
         if bool(done.any()):  # drop the finished sentences from every tensor
-            _select_rows(cache, beams.keep((~done).nonzero().flatten()))
+            beams.keep((~done).nonzero().flatten(), cache)
     return outputs
 
 

@@ -11,7 +11,6 @@ import numpy as np
 import torch
 
 from transformer.alignment import pharaoh
-from transformer.plotting import add_attention_figures
 from transformer.translator import SentenceAttention, Translator
 
 
@@ -60,6 +59,8 @@ class Inspection:
 
     def draw(self, tag: str, attention: SentenceAttention, source: list[int], target: list[int]) -> None:
         """Cross-attention heatmaps (PNG and TensorBoard) and the top-source table of one line."""
+        from transformer.plotting import add_attention_figures  # matplotlib loads when a figure is drawn
+
         decode = self.translator.tokenizer.decode
         labels = attention.labels
         add_attention_figures(

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer.attention import MultiHeadAttention
-from transformer.dropout import Dropout
+from transformer.dropout import Dropout, relu_dropout
 
 # The feed-forward non-linearity by ``model.activation``: the paper's ReLU, or GELU / swish (= SiLU,
 # Marian's) for released models. GELU is the exact erf form, as transformers' "gelu".
@@ -34,7 +34,10 @@ class FeedForward(nn.Module):
         nn.init.xavier_uniform_(self.linear2.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = self.dropout(self.activation(self.linear1(x)))  # (B, T, F)
+        if self.activation is F.relu:  # the same numbers, one 1-byte mask kept for backward instead of two
+            hidden = relu_dropout(self.linear1(x), self.dropout.p, self.training)  # (B, T, F)
+        else:
+            hidden = self.dropout(self.activation(self.linear1(x)))  # (B, T, F)
         return self.linear2(hidden)  # (B, T, D)
 
 

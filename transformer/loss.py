@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-BLOCK_ELEMENTS = 2**22  # logits per block of rows: 16 MB in fp32
+BLOCK_ELEMENTS = 2**20  # logits per block of rows: 4 MB in fp32 (128 rows of an 8000-token vocabulary)
 
 
 def token_loss(
@@ -47,7 +47,7 @@ def token_loss(
 
 def _smoothed_nll(log_probs, target, eps: float, excluded: Sequence[int], pad_id: int | None = None):
     """Σ over rows of (1 - ε)·(-log p_y) + ε · mean over the producible tokens of (-log p). (N, V), (N,)."""
-    excluded = list(excluded)
+    excluded = sorted(set(excluded))
     nll = -log_probs.gather(1, target.clamp(min=0)[:, None]).squeeze(1)  # (N,)
     n_allowed = log_probs.size(-1) - len(excluded)
     smooth = -(log_probs.sum(dim=-1) - log_probs[:, excluded].sum(dim=-1)) / n_allowed  # (N,) mean -log p
@@ -70,7 +70,7 @@ def output_loss(
     real = (tgt_out != pad_id).flatten().nonzero().squeeze(1)  # (N,) rows that have a loss
     x, target = features.flatten(0, 1).index_select(0, real), tgt_out.flatten()[real]  # (N, D), (N,)
     w, b = output_proj.weight, output_proj.bias
-    args = (target, label_smoothing, list(never_targets))
+    args = (target, label_smoothing, sorted(set(never_targets)))
     if not torch.is_grad_enabled() or not any(t.requires_grad for t in (x, w, b) if t is not None):
         return _blocks_loss(x, w, b, *args)
     if b is None:
@@ -99,8 +99,9 @@ class _OutputLoss(torch.autograd.Function):
     def forward(ctx, x, w, target, eps: float, excluded: list[int], b=None):
         total = torch.zeros((), device=x.device)
         grad_x = torch.empty_like(x)  # (N, D)
-        grad_w = torch.zeros_like(w, dtype=torch.float32)  # (V, D)
-        grad_b = None if b is None else torch.zeros_like(b, dtype=torch.float32)  # (V,)
+        accumulate = torch.promote_types(w.dtype, torch.float32)  # fp32, or fp64 for a float64 model
+        grad_w = torch.zeros_like(w, dtype=accumulate)  # (V, D)
+        grad_b = None if b is None else torch.zeros_like(b, dtype=accumulate)  # (V,)
         for rows in _blocks(x.size(0), w.size(0)):
             log_probs = torch.log_softmax(F.linear(x[rows], w, b).float(), dim=-1)  # (n, V)
             total += _smoothed_nll(log_probs, target[rows], eps, excluded)
@@ -110,7 +111,7 @@ class _OutputLoss(torch.autograd.Function):
                 grad[:, excluded] += eps / (w.size(0) - len(excluded))  # ... but the never-produced ones
             grad.scatter_add_(1, target[rows, None], grad.new_full((grad.size(0), 1), eps - 1.0))  # − (1 − ε)
             grad_x[rows] = grad.to(w.dtype) @ w  # (n, D); autocast decides the precision of the matmuls
-            grad_w += (grad.t().to(x.dtype) @ x[rows]).float()  # (V, D)
+            grad_w += (grad.t().to(x.dtype) @ x[rows]).to(accumulate)  # (V, D)
             if grad_b is not None:
                 grad_b += grad.sum(dim=0)
         ctx.save_for_backward(grad_x, grad_w, *(() if grad_b is None else (grad_b,)))
@@ -118,6 +119,7 @@ class _OutputLoss(torch.autograd.Function):
         return total
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # the saved gradients are constants: no second derivative
     def backward(ctx, grad_loss):
         grad_x, grad_w, *grad_b = (g * grad_loss for g in ctx.saved_tensors)
         x_dtype, w_dtype, b_dtype = ctx.dtypes

@@ -8,7 +8,6 @@ import torch
 import yaml
 
 from transformer.config import Config
-from transformer.plotting import add_attention_figures
 
 
 def open_writer(run_dir: Path, config: Config):
@@ -39,6 +38,8 @@ def log_train_step(
 def log_validation(writer, entry: dict, samples: list[tuple[str, str, str]], attentions: dict) -> None:
     """The validation scalars, sample translations (source, reference, hypothesis) and attention heatmaps
     (``attentions``: TensorBoard tag -> ``translator.SentenceAttention``)."""
+    from transformer.plotting import add_attention_figures  # matplotlib loads when a figure is drawn
+
     step = entry["step"]
     for key in ("loss", "ppl", "bleu", "chrf"):
         writer.add_scalar(f"val/{key}", entry[f"val_{key}"], step)
