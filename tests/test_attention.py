@@ -230,3 +230,21 @@ def test_cross_attention_cache_computed_once():
     k_first = cache["k"]
     out, _ = mha(torch.randn(2, 1, 32), torch.zeros(0), torch.zeros(0), None, cache)  # memory unused now
     assert cache["k"] is k_first and out.shape == (2, 1, 32)
+
+
+def test_beams_share_their_sentences_memory_in_cross_attention():
+    """Beam search's cross-attention: n sentences' memories once, their K beams as K queries each, equals
+    attention with the memory, keys, values and mask repeated per beam (rows sentence-major)."""
+    torch.manual_seed(0)
+    n, K, S, D, H = 3, 4, 6, 32, 4
+    mha = MultiHeadAttention(D, H, self_attention=False).eval()
+    memory = torch.randn(n, S, D)
+    mask = torch.ones(n, 1, 1, S, dtype=torch.bool)
+    mask[1, ..., 4:] = False  # a padded source
+    beams = torch.randn(n * K, 1, D)  # rows b·K ... b·K + K - 1: sentence b's beams
+    shared, shared_weights = mha(beams, memory, memory, mask, {})
+    repeated = memory.repeat_interleave(K, dim=0)  # (n·K, S, D)
+    expected, expected_weights = mha(beams, repeated, repeated, mask.repeat_interleave(K, dim=0), {})
+    torch.testing.assert_close(shared, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(shared_weights, expected_weights, rtol=1e-5, atol=1e-6)
+    assert (shared_weights[K : 2 * K, ..., 4:] == 0).all()  # sentence 1's beams never see its padding
