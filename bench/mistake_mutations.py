@@ -34,9 +34,9 @@ MUTATIONS = {
                  "scores = torch.matmul(query, key.transpose(-2, -1)) * scale",
                  "scores = torch.matmul(query, key.transpose(-2, -1))"),
     "sqrt_d_model": ("transformer/attention.py",
-                     "        dropout = self.dropout if self.training else 0.0\n",
-                     "        dropout = self.dropout if self.training else 0.0\n"
-                     "        q = q / math.sqrt(H)\n"),
+                     "        if k.size(0) != q.size(0):",
+                     "        q = q / math.sqrt(H)\n"
+                     "        if k.size(0) != q.size(0):"),
     "mask_after_softmax": ("transformer/attention.py",
                            "        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)\n"
                            "        weights = torch.softmax(scores, dim=-1)  # (..., Tq, Tk)\n",
