@@ -73,8 +73,6 @@ def output_loss(
     args = (target, label_smoothing, sorted(set(never_targets)))
     if not torch.is_grad_enabled() or not any(t.requires_grad for t in (x, w, b) if t is not None):
         return _blocks_loss(x, w, b, *args)
-    if b is None:
-        return _OutputLoss.apply(x, w, *args)
     return _OutputLoss.apply(x, w, *args, b)
 
 
@@ -83,12 +81,15 @@ def _blocks(n_rows: int, vocab_size: int):
     return (slice(start, start + step) for start in range(0, n_rows, step))
 
 
+def _block_log_probs(x, w, b, rows: slice) -> torch.Tensor:
+    return torch.log_softmax(F.linear(x[rows], w, b).float(), dim=-1)  # (n, V)
+
+
 def _blocks_loss(x, w, b, target, eps, excluded) -> torch.Tensor:
+    """The loss alone (no gradient wanted)."""
     total = torch.zeros((), device=x.device)
     for rows in _blocks(x.size(0), w.size(0)):
-        log_probs = torch.log_softmax(F.linear(x[rows], w, b).float(), dim=-1)  # (n, V)
-        total += _smoothed_nll(log_probs, target[rows], eps, excluded) if eps else F.nll_loss(
-            log_probs, target[rows], reduction="sum")  # fmt: skip
+        total += _smoothed_nll(_block_log_probs(x, w, b, rows), target[rows], eps, excluded)
     return total
 
 
@@ -103,7 +104,7 @@ class _OutputLoss(torch.autograd.Function):
         grad_w = torch.zeros_like(w, dtype=accumulate)  # (V, D)
         grad_b = None if b is None else torch.zeros_like(b, dtype=accumulate)  # (V,)
         for rows in _blocks(x.size(0), w.size(0)):
-            log_probs = torch.log_softmax(F.linear(x[rows], w, b).float(), dim=-1)  # (n, V)
+            log_probs = _block_log_probs(x, w, b, rows)  # (n, V)
             total += _smoothed_nll(log_probs, target[rows], eps, excluded)
             grad = log_probs.exp_()  # (n, V) p, in the log-probabilities' memory, then ∂loss/∂logits:
             grad.sub_(eps / (w.size(0) - len(excluded)))  # − ε / V' on every column ...
