@@ -57,8 +57,9 @@ class _ScaleKept(torch.autograd.Function):
 
 
 def _mask(kept: torch.Tensor, scale: float, like: torch.Tensor) -> torch.Tensor:
-    """0 or 1 / (1 - p), in ``like``'s dtype: one tensor, multiplied in one go."""
-    return torch.where(kept, like.new_full((), scale), like.new_zeros(()))
+    """0 or 1 / (1 - p), in ``like``'s dtype: one tensor, multiplied in one go. The bool mask is read as
+    the uint8 0 / 1 it is stored as: on the CPU, bool -> float (or ``torch.where`` on it) is ~3x slower."""
+    return kept.view(torch.uint8).to(like.dtype).mul_(scale)
 
 
 class Dropout(nn.Module):

@@ -112,7 +112,10 @@ class _OutputLoss(torch.autograd.Function):
                 grad[:, excluded] += eps / (w.size(0) - len(excluded))  # ... but the never-produced ones
             grad.scatter_add_(1, target[rows, None], grad.new_full((grad.size(0), 1), eps - 1.0))  # − (1 − ε)
             grad_x[rows] = grad.to(w.dtype) @ w  # (n, D); autocast decides the precision of the matmuls
-            grad_w += (grad.t().to(x.dtype) @ x[rows]).to(accumulate)  # (V, D)
+            if x.dtype == accumulate and not torch.is_autocast_enabled(x.device.type):
+                grad_w.addmm_(grad.t(), x[rows])  # (V, D) += (V, n) @ (n, D): the matmul adds in place
+            else:  # autocast's matmul, then an fp32 sum
+                grad_w += (grad.t().to(x.dtype) @ x[rows]).to(accumulate)  # (V, D)
             if grad_b is not None:
                 grad_b += grad.sum(dim=0)
         ctx.save_for_backward(grad_x, grad_w, *(() if grad_b is None else (grad_b,)))
