@@ -33,7 +33,7 @@ from transformer.config import Config, ConfigError, load_config
 from transformer.corpus import DataError
 from transformer.data import Batch, iter_batches, lengths_of, make_batches, prefetch
 from transformer.loss import output_loss
-from transformer.optim import learning_rate, lr_scale, scaled_step, unscale_and_clip
+from transformer.optim import cooldown_factor, learning_rate, lr_scale, scaled_step, unscale_and_clip
 from transformer.run_folder import RunFolderError, keep_step_checkpoint, write_results
 from transformer.runtime import DeviceError
 from transformer.training import Run, TrainingError, check_finite, save, setup, test_other_sets, validate
@@ -107,12 +107,26 @@ def optimizer_step(run: Run, loss: torch.Tensor) -> tuple[float, torch.Tensor] |
     if tc.sync_every == 1:
         check_finite(run, state.step + 1)  # before this update; else caught within sync_every steps
     lr = learning_rate(state.step + 1, d_model, tc.warmup_steps, lr_scale(tc, d_model))
+    lr *= cooldown_factor(budget_used(run), tc.cooldown)
     if not scaled_step(run.optimizer, run.scaler, lr):
         return None  # fp16 overflow: the scaler skipped this update
     state.step += 1
     if run.ema is not None:
         run.ema.update(unwrap(run.model))
     return lr, grad_norm
+
+
+def budget_used(run: Run) -> float:
+    """The fraction of the budget spent by the coming update: the larger of steps / max_steps and minutes /
+    max_minutes. Under torchrun the ranks agree on the clock's fraction every train.sync_every steps."""
+    tc, rt = run.config.train, run.runtime
+    if tc.cooldown <= 0:
+        return 0.0
+    steps = (run.state.step + 1) / tc.max_steps if tc.max_steps else 0.0
+    if tc.max_minutes > 0 and (rt.world_size == 1 or run.state.step % tc.sync_every == 0):
+        minutes = (time.perf_counter() - run.started) / (tc.max_minutes * 60.0)
+        run.minutes_used = rt.max_over_ranks(round(minutes * 1e6)) / 1e6  # the same lr on every rank
+    return max(steps, run.minutes_used)
 
 
 def stop_reason(run: Run) -> str | None:

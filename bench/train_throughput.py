@@ -28,10 +28,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from transformer.config import ModelConfig, load_config
+from transformer.config import ModelConfig, TrainConfig, load_config
 from transformer.loss import output_loss, token_loss
 from transformer.masks import causal_mask
 from transformer.model import Transformer
+from transformer.optim import make_optimizer, set_lr
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = {
@@ -132,9 +133,9 @@ def measure(
     if compile_backend is not None:
         models["ours"] = torch.compile(ours, dynamic=True, backend=compile_backend)
     warmup = 3 if compile_backend is not None else 2  # rounds that warm up the allocator, caches, compiler
-    optimizers = {
-        k: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9) for k, m in models.items()
-    }
+    optimizers = {k: make_optimizer(m, TrainConfig()) for k, m in models.items()}  # train.py's Adam, for both
+    for optimizer in optimizers.values():
+        set_lr(optimizer, 1e-4)
     keys = [(name, precision) for precision in dtypes for name in models]
     rates, flops_per_s = {k: [] for k in keys}, {k: [] for k in keys}
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)

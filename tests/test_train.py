@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,12 +13,12 @@ from conftest import DATA_DIR, needs_data
 
 import train
 from transformer.checkpoint import load_checkpoint
-from transformer.config import ConfigError, ModelConfig, load_config
+from transformer.config import ConfigError, ModelConfig, TrainConfig, load_config
 from transformer.corpus import read_lines
 from transformer.data import collate
 from transformer.loss import token_loss
 from transformer.model import Transformer
-from transformer.optim import learning_rate
+from transformer.optim import cooldown_factor, learning_rate, make_optimizer, set_lr
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "configs/tiny.yaml")
@@ -166,6 +167,57 @@ def test_learning_rate_schedule_of_section_5_3():
     assert learning_rate(4 * warmup, d, warmup, 1.0) == pytest.approx(peak / 2)  # 1/sqrt(step) decay
 
 
+def test_adam_updates_by_the_formula_of_kingma_and_ba_with_the_papers_betas():
+    """Two updates of train.py's optimizer (PyTorch's fused kernel on the CPU) against Adam by hand."""
+    weight = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0]))
+    optimizer = make_optimizer(torch.nn.ParameterList([weight]), TrainConfig())
+    assert optimizer.param_groups[0]["fused"]
+    b1, b2, eps, lr = 0.9, 0.98, 1e-9, 0.01
+    expected, m, v = weight.detach().clone(), torch.zeros(3), torch.zeros(3)
+    for t, grad in enumerate([torch.tensor([0.3, -0.2, 0.0]), torch.tensor([-0.1, -0.4, 0.5])], start=1):
+        weight.grad = grad.clone()
+        set_lr(optimizer, lr)
+        optimizer.step()
+        m, v = b1 * m + (1 - b1) * grad, b2 * v + (1 - b2) * grad**2
+        expected -= lr * (m / (1 - b1**t)) / ((v / (1 - b2**t)).sqrt() + eps)
+    torch.testing.assert_close(weight.detach(), expected)
+
+
+def test_cooldown_factor_falls_linearly_to_zero_over_the_last_fraction_of_the_budget():
+    assert [cooldown_factor(used, 0.25) for used in (0.0, 0.5, 0.75, 0.875, 1.0, 1.2)] == pytest.approx(
+        [1.0, 1.0, 1.0, 0.5, 0.0, 0.0]
+    )
+    assert cooldown_factor(0.99, 0.0) == 1.0  # no cooldown: the paper's schedule to the end
+    assert cooldown_factor(0.5, 1.0) == pytest.approx(0.5)  # over the whole run
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"cooldown": 1.5, "max_steps": 10}, "train.cooldown=1.5 must be in [0, 1]"),
+        ({"cooldown": 0.2, "max_epochs": 10}, "train.cooldown=0.2 needs train.max_steps or train.max_minutes"),
+    ],
+)
+def test_cooldown_needs_a_budget_in_steps_or_minutes(settings, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        TrainConfig(**settings)
+
+
+@needs_data
+def test_cooldown_run_logs_the_annealed_rate_and_ends_at_zero(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert run_train(tmp_path / "run", "train.cooldown=0.5", "train.log_every=1") == 0
+    lrs = [e.value for e in EventAccumulator(str(tmp_path / "run")).Reload().Scalars("train/lr")]
+    config = load_config(TINY).train  # 12 steps, warmup 4: steps 7..12 in the cooldown
+    scale = config.peak_lr / (32**-0.5 * config.warmup_steps**-0.5)
+    expected = [
+        learning_rate(step, 32, config.warmup_steps, scale) * min(1.0, (12 - step) / 6) for step in range(1, 13)
+    ]
+    assert lrs == pytest.approx(expected, rel=1e-6)  # the §5.3 schedule until step 6, then annealed
+    assert lrs[-1] == 0.0 and lrs[6] < learning_rate(7, 32, config.warmup_steps, scale)
+
+
 def test_overfits_a_tiny_set_to_near_zero_loss():
     torch.manual_seed(0)
     config = ModelConfig(d_model=64, n_heads=4, d_ff=128, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0)
@@ -192,7 +244,7 @@ def test_torchrun_two_cpu_processes(tmp_path):
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
         str(ROOT / "train.py"), "--config", TINY, "--run-dir", str(tmp_path / "ddp"),
         "--data-dir", str(DATA_DIR), "--set", "train.max_steps=0", "--set", "train.max_minutes=0.1",
-        "--set", "eval.every_steps=3",
+        "--set", "eval.every_steps=3", "--set", "train.cooldown=0.5",  # a collective per vote: no hang
     ]  # fmt: skip
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

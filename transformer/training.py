@@ -75,6 +75,7 @@ class Run:
     state: State
     writer: object = None  # a SummaryWriter on rank 0
     started: float = 0.0  # time.perf_counter() at which training (as resumed) began
+    minutes_used: float = 0.0  # the fraction of train.max_minutes spent, as the ranks last agreed (cooldown)
     never_targets: list[int] = field(default_factory=list)  # model.never_produced: no smoothing mass
     nonfinite: torch.Tensor | None = None  # a non-finite loss or gradient since the last check (device)
 
