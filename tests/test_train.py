@@ -195,7 +195,7 @@ def test_cooldown_factor_falls_linearly_to_zero_over_the_last_fraction_of_the_bu
     "settings, message",
     [
         ({"cooldown": 1.5, "max_steps": 10}, "train.cooldown=1.5 must be in [0, 1]"),
-        ({"cooldown": 0.2, "max_epochs": 10}, "train.cooldown=0.2 needs train.max_steps or train.max_minutes"),
+        ({"cooldown": 0.2, "max_epochs": 9}, "train.cooldown=0.2 needs train.max_steps or train.max_minutes"),
     ],
 )
 def test_cooldown_needs_a_budget_in_steps_or_minutes(settings, message):
@@ -211,9 +211,8 @@ def test_cooldown_run_logs_the_annealed_rate_and_ends_at_zero(tmp_path):
     lrs = [e.value for e in EventAccumulator(str(tmp_path / "run")).Reload().Scalars("train/lr")]
     config = load_config(TINY).train  # 12 steps, warmup 4: steps 7..12 in the cooldown
     scale = config.peak_lr / (32**-0.5 * config.warmup_steps**-0.5)
-    expected = [
-        learning_rate(step, 32, config.warmup_steps, scale) * min(1.0, (12 - step) / 6) for step in range(1, 13)
-    ]
+    steps = range(1, 13)
+    expected = [learning_rate(t, 32, config.warmup_steps, scale) * min(1.0, (12 - t) / 6) for t in steps]
     assert lrs == pytest.approx(expected, rel=1e-6)  # the §5.3 schedule until step 6, then annealed
     assert lrs[-1] == 0.0 and lrs[6] < learning_rate(7, 32, config.warmup_steps, scale)
 

@@ -109,7 +109,7 @@ class TrainConfig:
     warmup_steps: int = 4000  # §5.3
     lr_scale: float = 1.0  # lr = lr_scale · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
     peak_lr: float = 0.0  # > 0: choose lr_scale so that the lr at step = warmup_steps is this
-    cooldown: float = 0.0  # > 0: the lr falls linearly to 0 over this last fraction of max_steps / max_minutes
+    cooldown: float = 0.0  # > 0: the lr falls linearly to 0 over this last fraction of the step/time budget
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
     adam_eps: float = 1.0e-9
@@ -143,7 +143,7 @@ class TrainConfig:
             raise ConfigError(f"train.cooldown={self.cooldown} must be in [0, 1]")
         if self.cooldown > 0 and not (self.max_steps or self.max_minutes > 0):
             raise ConfigError(
-                f"train.cooldown={self.cooldown} needs train.max_steps or train.max_minutes: the budget it ends"
+                f"train.cooldown={self.cooldown} needs train.max_steps or train.max_minutes: a budget"
             )
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"train.label_smoothing={self.label_smoothing} must be in [0, 1)")
