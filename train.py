@@ -117,12 +117,13 @@ def optimizer_step(run: Run, loss: torch.Tensor) -> tuple[float, torch.Tensor] |
 
 
 def budget_used(run: Run) -> float:
-    """The fraction of the budget spent by the coming update: the larger of steps / max_steps and minutes /
-    max_minutes. Under torchrun the ranks agree on the clock's fraction every train.sync_every steps."""
+    """The fraction of the budget spent before the coming update: the larger of steps / max_steps and
+    minutes / max_minutes. Under torchrun the ranks agree on the clock's fraction every train.sync_every
+    steps."""
     tc, rt = run.config.train, run.runtime
     if tc.cooldown <= 0:
         return 0.0
-    steps = (run.state.step + 1) / tc.max_steps if tc.max_steps else 0.0
+    steps = run.state.step / tc.max_steps if tc.max_steps else 0.0
     if tc.max_minutes > 0 and (rt.world_size == 1 or run.state.step % tc.sync_every == 0):
         minutes = (time.perf_counter() - run.started) / (tc.max_minutes * 60.0)
         run.minutes_used = rt.max_over_ranks(round(minutes * 1e6)) / 1e6  # the same lr on every rank

@@ -97,3 +97,14 @@ def test_under_bf16_autocast_it_follows_the_models_precision():
     torch.testing.assert_close(grad, expected_grad, rtol=0.05, atol=0.02)
     fp32 = output_loss(features, proj, tgt_out, PAD, 0.1, [PAD])
     assert fp32 != got  # the matmuls did run in bf16
+
+
+def test_a_float64_model_gets_float64_gradients_equal_to_token_losss():
+    features, proj, tgt_out = random_batch(3)
+    features, proj = features.detach().double().requires_grad_(), proj.double()
+    inputs = (features, proj.weight, proj.bias)
+    got_grads = torch.autograd.grad(output_loss(features, proj, tgt_out, PAD, 0.1, [PAD]), inputs)
+    expected_grads = torch.autograd.grad(token_loss(proj(features), tgt_out, PAD, 0.1, [PAD]), inputs)
+    for a, b in zip(got_grads, expected_grads, strict=True):
+        assert a.dtype == torch.float64
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)  # the log-probabilities are fp32 in both

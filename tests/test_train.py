@@ -18,7 +18,7 @@ from transformer.corpus import read_lines
 from transformer.data import collate
 from transformer.loss import token_loss
 from transformer.model import Transformer
-from transformer.optim import cooldown_factor, learning_rate, make_optimizer, set_lr
+from transformer.optim import cooldown_factor, learning_rate, load_optimizer_state, make_optimizer, set_lr
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "configs/tiny.yaml")
@@ -183,6 +183,22 @@ def test_adam_updates_by_the_formula_of_kingma_and_ba_with_the_papers_betas():
     torch.testing.assert_close(weight.detach(), expected)
 
 
+def test_an_optimizer_state_saved_by_a_non_fused_adam_resumes_on_the_fused_kernel_under_fp16_scaling():
+    weight = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0]))
+    weight.grad = torch.ones(3)
+    older = torch.optim.Adam([weight], lr=0.01, betas=(0.9, 0.98), eps=1e-9)  # a checkpoint of older code
+    older.step()
+    optimizer = make_optimizer(torch.nn.ParameterList([weight]), TrainConfig())
+    load_optimizer_state(optimizer, older.state_dict())
+    assert optimizer.param_groups[0]["fused"] and optimizer.param_groups[0]["lr"] == 0.01
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0)  # hands the fused kernel its found_inf
+    optimizer.zero_grad()
+    scaler.scale(weight.sum()).backward()
+    before = weight.detach().clone()
+    scaler.step(optimizer)
+    assert not torch.equal(weight.detach(), before)  # stepped, from the loaded moments
+
+
 def test_cooldown_factor_falls_linearly_to_zero_over_the_last_fraction_of_the_budget():
     assert [cooldown_factor(used, 0.25) for used in (0.0, 0.5, 0.75, 0.875, 1.0, 1.2)] == pytest.approx(
         [1.0, 1.0, 1.0, 0.5, 0.0, 0.0]
@@ -204,17 +220,18 @@ def test_cooldown_needs_a_budget_in_steps_or_minutes(settings, message):
 
 
 @needs_data
-def test_cooldown_run_logs_the_annealed_rate_and_ends_at_zero(tmp_path):
+def test_cooldown_run_logs_the_annealed_rate_down_to_its_last_update(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     assert run_train(tmp_path / "run", "train.cooldown=0.5", "train.log_every=1") == 0
     lrs = [e.value for e in EventAccumulator(str(tmp_path / "run")).Reload().Scalars("train/lr")]
-    config = load_config(TINY).train  # 12 steps, warmup 4: steps 7..12 in the cooldown
+    config = load_config(TINY).train  # 12 steps, warmup 4: updates 8..12 in the cooldown (6 of 12 spent)
     scale = config.peak_lr / (32**-0.5 * config.warmup_steps**-0.5)
-    steps = range(1, 13)
-    expected = [learning_rate(t, 32, config.warmup_steps, scale) * min(1.0, (12 - t) / 6) for t in steps]
-    assert lrs == pytest.approx(expected, rel=1e-6)  # the §5.3 schedule until step 6, then annealed
-    assert lrs[-1] == 0.0 and lrs[6] < learning_rate(7, 32, config.warmup_steps, scale)
+    spent = range(12)  # updates before update t = spent + 1
+    expected = [learning_rate(k + 1, 32, config.warmup_steps, scale) * min(1.0, (12 - k) / 6) for k in spent]
+    assert lrs == pytest.approx(expected, rel=1e-6)  # the §5.3 schedule until update 7, then annealed
+    assert lrs[-1] == pytest.approx(learning_rate(12, 32, config.warmup_steps, scale) / 6)  # 1/6 left
+    assert lrs[7] < learning_rate(8, 32, config.warmup_steps, scale)
 
 
 def test_overfits_a_tiny_set_to_near_zero_loss():

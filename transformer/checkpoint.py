@@ -17,6 +17,7 @@ import torch
 
 from transformer.config import Config, ConfigError, config_from_dict
 from transformer.model import build_model
+from transformer.optim import load_optimizer_state
 from transformer.tokenizer import Tokenizer, tokenizer_from_bytes
 
 
@@ -157,7 +158,7 @@ def restore_training(path: Path, model, optimizer, scaler, ema, config, rank: in
     if changed:
         raise CheckpointError(f"{path} was trained with other values of {', '.join(changed)}; cannot resume")
     unwrap(model).load_state_dict(ckpt.get("train_model", ckpt["model"]))
-    optimizer.load_state_dict(ckpt["optimizer"])
+    load_optimizer_state(optimizer, ckpt["optimizer"])
     if ckpt.get("scaler"):
         scaler.load_state_dict(ckpt["scaler"])
     if ema is not None:

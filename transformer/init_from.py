@@ -25,6 +25,7 @@ import torch
 from transformer.checkpoint import CheckpointError, load_checkpoint, tokenizer_from_tensor
 from transformer.config import Config, ConfigError, ModelConfig, TrainConfig, config_from_dict
 from transformer.interop.released import is_released
+from transformer.optim import load_optimizer_state
 from transformer.tokenizer import Tokenizer
 
 NOT_ARCHITECTURE = ("dropout",)
@@ -111,7 +112,7 @@ def start_from(
             f"train.reset_optimizer=false needs the source's optimizer state: {source.path} has none "
             "(an inference-only checkpoint keeps only the weights)"
         )
-    optimizer.load_state_dict(source.optimizer)
+    load_optimizer_state(optimizer, source.optimizer)
     for group in optimizer.param_groups:  # load_state_dict brought the source's settings: the run's win
         group.update(
             betas=(train.adam_beta1, train.adam_beta2), eps=train.adam_eps, weight_decay=train.weight_decay

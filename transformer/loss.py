@@ -113,7 +113,7 @@ class _OutputLoss(torch.autograd.Function):
             grad.scatter_add_(1, target[rows, None], grad.new_full((grad.size(0), 1), eps - 1.0))  # − (1 − ε)
             grad_x[rows] = grad.to(w.dtype) @ w  # (n, D); autocast decides the precision of the matmuls
             if x.dtype == accumulate and not torch.is_autocast_enabled(x.device.type):
-                grad_w.addmm_(grad.t(), x[rows])  # (V, D) += (V, n) @ (n, D): the matmul adds in place
+                grad_w.addmm_(grad.t().to(x.dtype), x[rows])  # (V, D) += (V, n) @ (n, D), added by the matmul
             else:  # autocast's matmul, then an fp32 sum
                 grad_w += (grad.t().to(x.dtype) @ x[rows]).to(accumulate)  # (V, D)
             if grad_b is not None:

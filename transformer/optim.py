@@ -49,6 +49,15 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.A
     )
 
 
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """``optimizer.load_state_dict(state)``, keeping this optimizer's kernel: a checkpoint saved with another
+    one (an older version's non-fused Adam) would otherwise bring its own, and under fp16's grad scaler the
+    step would then refuse the scaler's arguments."""
+    own = optimizer.param_groups[0]
+    kernel = {"fused": own.get("fused"), "foreach": own.get("foreach")}
+    optimizer.load_state_dict({**state, "param_groups": [{**g, **kernel} for g in state["param_groups"]]})
+
+
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr

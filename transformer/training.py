@@ -117,6 +117,8 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     if len(splits.train_indices) == 0:
         raise DataError(f"no training pair is left: {cleaning_line(splits.cleaning, config.data)}")
     run.started = time.perf_counter() - run.state.train_seconds
+    if config.train.max_minutes > 0:  # the same on every rank, until their first vote on the clock
+        run.minutes_used = run.state.train_seconds / (60.0 * config.train.max_minutes)
     run.never_targets = model.never_produced
     if runtime.world_size > 1:
         # the buffers (position tables) are the same on every rank: no need to sync them every forward
