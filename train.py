@@ -125,9 +125,9 @@ def budget_used(run: Run) -> float:
         return 0.0
     steps = run.state.step / tc.max_steps if tc.max_steps else 0.0
     if tc.max_minutes > 0 and (rt.world_size == 1 or run.state.step % tc.sync_every == 0):
-        minutes = (time.perf_counter() - run.started) / (tc.max_minutes * 60.0)
-        run.minutes_used = rt.max_over_ranks(round(minutes * 1e6)) / 1e6  # the same lr on every rank
-    return max(steps, run.minutes_used)
+        clock = (time.perf_counter() - run.started) / (tc.max_minutes * 60.0)
+        run.clock_used = rt.max_over_ranks(round(clock * 1e6)) / 1e6  # the same lr on every rank
+    return max(steps, run.clock_used)
 
 
 def stop_reason(run: Run) -> str | None:

@@ -45,7 +45,7 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.A
         betas=(config.adam_beta1, config.adam_beta2),
         eps=config.adam_eps,
         weight_decay=config.weight_decay,
-        fused=all(p.device.type in ("cpu", "cuda") for p in params) or None,
+        fused=True if all(p.device.type in ("cpu", "cuda") for p in params) else None,  # None: the default
     )
 
 

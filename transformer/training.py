@@ -75,7 +75,7 @@ class Run:
     state: State
     writer: object = None  # a SummaryWriter on rank 0
     started: float = 0.0  # time.perf_counter() at which training (as resumed) began
-    minutes_used: float = 0.0  # the fraction of train.max_minutes spent, as the ranks last agreed (cooldown)
+    clock_used: float = 0.0  # the fraction of train.max_minutes spent, as the ranks last agreed (cooldown)
     never_targets: list[int] = field(default_factory=list)  # model.never_produced: no smoothing mass
     nonfinite: torch.Tensor | None = None  # a non-finite loss or gradient since the last check (device)
 
@@ -118,7 +118,7 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
         raise DataError(f"no training pair is left: {cleaning_line(splits.cleaning, config.data)}")
     run.started = time.perf_counter() - run.state.train_seconds
     if config.train.max_minutes > 0:  # the same on every rank, until their first vote on the clock
-        run.minutes_used = run.state.train_seconds / (60.0 * config.train.max_minutes)
+        run.clock_used = run.state.train_seconds / (60.0 * config.train.max_minutes)
     run.never_targets = model.never_produced
     if runtime.world_size > 1:
         # the buffers (position tables) are the same on every rank: no need to sync them every forward
