@@ -2,7 +2,8 @@
 
 The encoder runs once per batch; the cross-attention keys/values of the memory are computed on the first
 step and reused (see ``MultiHeadAttention``); each step feeds only the newest token. Sentences whose
-search is over leave the batch, so the rest runs faster.
+search is over leave the batch, so the rest runs faster. Beam search decodes its first step once per
+sentence (the K beams are all the start token) and scores a block of rows at a time (``_row_best``).
 
 Length limit: a sentence produces at most ``source length + max_len_offset`` tokens, EOS included, where
 the source length counts the source's EOS (§6.1: input length + 50), and never more than
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from transformer.model import Cache, Transformer
+from transformer.topk import top_k
 
 
 def _select_rows(cache: Cache, rows: torch.Tensor, parts=("self", "cross")) -> None:
@@ -237,21 +239,49 @@ def _collect_finished(
         finished[i].append((norm, prefix if token == eos_id else prefix + [token], log_p))
 
 
-def _best_extensions(beams: _Beams, logits: torch.Tensor, model: Transformer, step: int):
+SCORE_ROWS = 128  # rows of next-token logits (·, V) made and scored at a time: see _row_best
+
+
+def _row_best(beams: _Beams, features: torch.Tensor, model: Transformer, step: int, prefix):
+    """Each row's k' = min(2K, V) best tokens by log p: (log p, token), each (N, k'). features (N, 1, D),
+    prefix (N, P) or None.
+
+    The output layer and the scoring run SCORE_ROWS rows at a time, so the logits stay in the CPU's cache
+    and no (n·K, V) buffer is allocated at every step (fresh pages for one cost more than the scoring).
+    log p = logit − logsumexp(logits): the log-softmax is never written.
+    """
+    k = min(2 * beams.scores.numel() // beams.active.numel(), model.output_proj.out_features)
+    log_probs, tokens = [], []
+    for start in range(0, features.size(0), SCORE_ROWS):
+        rows = slice(start, start + SCORE_ROWS)
+        logits = _next_token_logits(model.output_proj(features[rows]), model).to(beams.scores.dtype)  # (r, V)
+        log_norm = torch.logsumexp(logits, dim=-1, keepdim=True)  # (r, 1)
+        # a forced token keeps its real probability
+        logits = _force_prefix(logits, None if prefix is None else prefix[rows], step)
+        best, best_tokens = top_k(logits, k)  # (r, k) each
+        log_probs.append(best - log_norm)
+        tokens.append(best_tokens)
+    return torch.cat(log_probs), torch.cat(tokens)  # (N, k) each
+
+
+def _best_extensions(beams: _Beams, features: torch.Tensor, model: Transformer, step: int):
     """The 2K best one-token extensions of each sentence's K hypotheses by log P: (scores, row extended,
-    token), each (n, 2K). logits (n·K, 1, V).
+    token), each (n, 2K). features (n·K, 1, D): the decoder's output; on the first step (n, 1, D), one row per
+    sentence, since its K beams are all the start token.
 
     In two stages: each row's 2K best tokens (a sentence's 2K best extensions are among them), then the
-    best 2K of those K·2K. log p = logit − logsumexp(logits): the (n·K, V) log-softmax is never written.
+    best 2K of those K·2K.
     """
     n, K = beams.active.numel(), beams.scores.numel() // beams.active.numel()
-    logits = _next_token_logits(logits, model).to(beams.scores.dtype)  # (n·K, V)
-    log_norm = torch.logsumexp(logits, dim=-1, keepdim=True)  # (n·K, 1)
-    logits = _force_prefix(logits, beams.prefix, step)  # a forced token keeps its real probability
-    row_best, row_tokens = logits.topk(min(2 * K, logits.size(-1)), dim=-1)  # (n·K, k') k' = 2K or V
-    candidates = (beams.scores[:, None] + (row_best - log_norm)).view(n, -1)  # (n, K·k') log P
+    if features.size(0) == n:  # the first step: score one beam per sentence, and copy its scores to all K
+        prefix = None if beams.prefix is None else beams.prefix[::K]  # (n, P)
+        row_log_probs, row_tokens = _row_best(beams, features, model, step, prefix)  # (n, k') k' = 2K or V
+        row_log_probs, row_tokens = row_log_probs.repeat_interleave(K, 0), row_tokens.repeat_interleave(K, 0)
+    else:
+        row_log_probs, row_tokens = _row_best(beams, features, model, step, beams.prefix)  # (n·K, k')
+    candidates = (beams.scores[:, None] + row_log_probs).view(n, -1)  # (n, K·k') log P
     top_scores, top = candidates.topk(2 * K, dim=-1)  # (n, 2K)
-    origin = top // row_best.size(-1) + (torch.arange(n, device=logits.device) * K)[:, None]  # (n, 2K)
+    origin = top // row_tokens.size(-1) + (torch.arange(n, device=features.device) * K)[:, None]  # (n, 2K)
     return top_scores, origin, row_tokens.view(n, -1).gather(1, top)
 
 
@@ -286,11 +316,12 @@ def beam_search(
     outputs: list[list[int]] = [[] for _ in range(src.size(0))]
     cache = model.new_cache()
     for step in range(beams.tokens.size(1) - 1):
-        inputs = beams.tokens[:, step : step + 1]  # (n·K, 1)
-        logits, _, _ = model.decode(inputs, beams.memory, beams.src_mask, cache)  # (n·K, 1, V)
+        # the first step decodes each sentence's start token once, not K times (as CTranslate2 does)
+        inputs = beams.tokens[:: K if step == 0 else 1, step : step + 1]  # (n·K | n, 1)
+        features, _, _ = model.decode(inputs, beams.memory, beams.src_mask, cache, project=False)  # (·, 1, D)
         if step == 0:
             _contiguous_memory_cache(cache)
-        top_scores, origin, next_tokens = _best_extensions(beams, logits, model, step)  # (n, 2K) each
+        top_scores, origin, next_tokens = _best_extensions(beams, features, model, step)  # (n, 2K) each
         done = _finish_hypotheses(
             beams, top_scores, next_tokens, origin, step, eos_id, length_penalty, outputs, finished
         )
@@ -299,7 +330,8 @@ def beam_search(
         rows = origin.gather(1, live).view(-1)  # (n·K,)
         beams.scores, beams.tokens = live_scores.view(-1), beams.tokens[rows]
         beams.tokens[:, step + 1] = next_tokens.gather(1, live).view(-1)
-        _select_rows(cache, rows, parts=("self",))  # the memory's keys/values are the same per beam
+        # the memory's keys/values are the same per beam; on the first step the cache has a row per sentence
+        _select_rows(cache, rows // K if step == 0 else rows, parts=("self",))
         if bool(done.all()):
             break
         if bool(done.any()):  # drop the finished sentences from every tensor

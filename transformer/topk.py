@@ -1,0 +1,34 @@
+"""Each row's k largest scores over a large vocabulary, for beam search: ``torch.topk`` in two cheap passes.
+
+``torch.topk`` on the CPU copies every row into (value, index) pairs and partially sorts them: about 1.3 ns
+an entry, the second largest cost of a beam-search step after the matmuls (V = 8000, k = 8). Here:
+
+1. the max of every block of ``BLOCK`` consecutive entries (a vectorised reduction, ~10× cheaper);
+2. the k blocks with the largest maxima: each of the row's k largest entries lies in one of them (a block
+   holding one has a max at least as large, and at most k blocks have a max that large, up to ties);
+3. ``torch.topk`` over those k blocks' entries and the entries after the last whole block.
+
+Same values as ``torch.topk``; among equal scores the indices may differ (torch.topk does not define them).
+"""
+
+import torch
+
+BLOCK = 64  # entries per block: 64 and 100 were fastest at V = 8000 and 32000 (a 128-row chunk, k = 8)
+
+
+def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """scores (N, V) -> (values (N, k) sorted descending, indices (N, k) long): each row's k largest."""
+    N, V = scores.shape
+    n_blocks = V // BLOCK
+    if n_blocks < 4 * k:  # a small vocabulary: nothing to save
+        return scores.topk(k, dim=-1)
+    blocks = scores[:, : n_blocks * BLOCK].view(N, n_blocks, BLOCK)  # (N, n_blocks, BLOCK)
+    top_blocks = blocks.amax(dim=-1).topk(k, dim=-1).indices  # (N, k)
+    rows = torch.arange(N, device=scores.device)[:, None]  # (N, 1)
+    candidates = blocks[rows, top_blocks].view(N, k * BLOCK)  # (N, k·BLOCK) the k blocks' entries
+    tail = scores[:, n_blocks * BLOCK :]  # (N, V mod BLOCK) after the last whole block
+    values, picked = torch.cat([candidates, tail], dim=1).topk(k, dim=-1)  # (N, k) positions in candidates
+    in_blocks = picked < k * BLOCK  # (N, k)
+    block_of = top_blocks.gather(1, (picked // BLOCK).clamp(max=k - 1))  # (N, k)
+    indices = torch.where(in_blocks, block_of * BLOCK + picked % BLOCK, picked - k * BLOCK + n_blocks * BLOCK)
+    return values, indices  # (N, k) each
