@@ -47,6 +47,7 @@ from transformer.checkpoint import CheckpointError, load_for_inference
 from transformer.data import make_batches
 from transformer.evaluation import bleu_chrf
 from transformer.multi30k import load_multi30k
+from transformer.runtime import keep_freed_memory
 from transformer.translator import Translator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -286,6 +287,7 @@ def compare_engines(model, tokenizer, settings, test, checkpoint, args, log=prin
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    keep_freed_memory()  # as translate.py decodes (runtime.keep_freed_memory)
     checkpoint = Path(args.checkpoint) if args.checkpoint else DEFAULT_RUN / "best.pt"
     if args.checkpoint is None and not checkpoint.is_file():
         if args.train_minutes is None:
