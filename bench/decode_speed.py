@@ -26,11 +26,13 @@ sentences/s, BLEU and how many lines differ from ours (token ids compared; the s
 Lengths: ours stops each sentence at source length + ``eval.max_len_offset``; generate() and CTranslate2
 take one limit per call, so each batch gets its largest sentence limit L (``max_length=1 + L`` /
 ``max_decoding_length=L``, ``min_decoding_length=0``) and each output is then cut at its own sentence's
-limit, which is exact for greedy search (a row's tokens do not depend on the other rows'). Last lines,
+limit, which is exact for greedy search (a row's tokens do not depend on the other rows'). The engines
+take turns, ``--rounds`` times (default 3), and each one's fastest round counts: on a shared machine a slow
+phase then hits all of them, where one run each could hand one engine the slow minute. Last lines,
 ours ÷ theirs in sentences/s: ``ratio_vs_hf=``, ``ratio_vs_ct2=`` (greedy fp32), ``ratio_int8_vs_ct2_int8=``,
 ``ratio_beam4_vs_hf=``, ``ratio_beam4_vs_ct2=``.
 
-    python bench/decode_speed.py --compare --checkpoint RUN/best.pt [--limit N] [--export-dir DIR]
+    python bench/decode_speed.py --compare --checkpoint RUN/best.pt [--limit N] [--rounds N] [--export-dir D]
 """
 
 import argparse
@@ -66,6 +68,9 @@ def parse_args(argv=None):
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
         "--compare", action="store_true", help="ours vs transformers generate() vs CTranslate2"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="--compare: timed runs per engine, in turn; the fastest counts"
     )
     parser.add_argument("--export-dir", help="--compare: keep the exported models here (default: a temp dir)")
     return parser.parse_args(argv)
@@ -244,9 +249,27 @@ def load_engines(model, tokenizer, settings, checkpoint, export_dir: Path, devic
     return engines
 
 
+def time_engines(engines: dict, src_ids: list[list[int]], rounds: int, sync) -> tuple[dict, dict]:
+    """Every engine decodes ``src_ids`` once per round, in turn (after one warm-up on 8 sentences each):
+    {name: outputs}, {name: the fastest round's seconds}. Round-robin, so that a slow phase of a shared
+    machine hits every engine alike."""
+    outputs, seconds = {}, {}
+    with torch.no_grad():
+        for engine, _ in engines.values():
+            engine(src_ids[:8])
+        for _ in range(rounds):
+            for name, (engine, _) in engines.items():
+                sync()
+                start = time.perf_counter()
+                outputs[name] = engine(src_ids)
+                sync()
+                seconds[name] = min(seconds.get(name, float("inf")), time.perf_counter() - start)
+    return outputs, seconds
+
+
 def compare_engines(model, tokenizer, settings, test, checkpoint, args, log=print) -> dict:
-    """Decode ``test`` with every engine (one warm-up on 8 sentences each, then one timed run): {name:
-    {seconds, sentences_per_s, bleu, chrf, differ, at_limit}} and the ratios of ``RATIOS``."""
+    """Decode ``test`` with every engine (``time_engines``, ``--rounds`` rounds): {name: {seconds,
+    sentences_per_s, bleu, chrf, differ, at_limit}} and the ratios of ``RATIOS``."""
     src_ids = tokenizer.encode_batch(test.src)
     limits = sentence_limits(src_ids, settings.max_len_offset, model.config.max_positions)
     sync = torch.cuda.synchronize if str(args.device).startswith("cuda") else (lambda: None)
@@ -254,29 +277,22 @@ def compare_engines(model, tokenizer, settings, test, checkpoint, args, log=prin
         export_dir = Path(args.export_dir or tmp)
         engines = load_engines(model, tokenizer, settings, checkpoint, export_dir, args.device, args.beam)
         log(f"exported to {export_dir}/hf (transformers) and {export_dir}/ct2 (CTranslate2)", flush=True)
-        results, outputs = {}, {}
-        with torch.no_grad():
-            for name, (engine, reference) in engines.items():
-                engine(src_ids[:8])  # warm-up
-                sync()
-                start = time.perf_counter()
-                outputs[name] = engine(src_ids)
-                sync()
-                seconds = time.perf_counter() - start
-                scores = bleu_chrf(tokenizer.decode_batch(outputs[name]), test.tgt)
-                differ = sum(a != b for a, b in zip(outputs[name], outputs[reference]))
-                results[name] = {
-                    "seconds": seconds, "sentences_per_s": len(src_ids) / seconds, "bleu": scores["bleu"],
-                    "chrf": scores["chrf"], "differ": differ,
-                    "at_limit": sum(len(o) == limit for o, limit in zip(outputs[name], limits)),
-                }  # fmt: skip
-                r = results[name]
-                log(
-                    f"{name:>32}: {seconds:7.1f} s  {r['sentences_per_s']:8.1f} sentences/s  BLEU "
-                    f"{r['bleu']:5.2f}  lines differing from {reference}: {r['differ']} of {len(src_ids)}  "
-                    f"(stopped at the length limit: {r['at_limit']})",
-                    flush=True,
-                )
+        outputs, seconds = time_engines(engines, src_ids, args.rounds, sync)
+    results = {}
+    for name, (_, reference) in engines.items():
+        scores = bleu_chrf(tokenizer.decode_batch(outputs[name]), test.tgt)
+        differ = sum(a != b for a, b in zip(outputs[name], outputs[reference]))
+        results[name] = r = {
+            "seconds": seconds[name], "sentences_per_s": len(src_ids) / seconds[name], "bleu": scores["bleu"],
+            "chrf": scores["chrf"], "differ": differ,
+            "at_limit": sum(len(o) == limit for o, limit in zip(outputs[name], limits)),
+        }  # fmt: skip
+        log(
+            f"{name:>32}: {r['seconds']:7.1f} s  {r['sentences_per_s']:8.1f} sentences/s  BLEU "
+            f"{r['bleu']:5.2f}  lines differing from {reference}: {r['differ']} of {len(src_ids)}  "
+            f"(stopped at the length limit: {r['at_limit']})",
+            flush=True,
+        )
     for ratio, (mine, theirs) in RATIOS.items():
         mine, theirs = mine.format(beam=args.beam), theirs.format(beam=args.beam)
         if mine in results and theirs in results:

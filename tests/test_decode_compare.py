@@ -27,7 +27,7 @@ RATIOS = {"vs_hf": ("ours (cached greedy)", "transformers generate()"),
 
 def test_compare_smoke(tiny_checkpoint, tmp_path, capsys):
     argv = ["--compare", "--checkpoint", str(tiny_checkpoint), "--data-dir", str(DATA_DIR), "--limit", "16",
-            "--max-tokens", "300", "--export-dir", str(tmp_path)]  # fmt: skip
+            "--max-tokens", "300", "--rounds", "2", "--export-dir", str(tmp_path)]  # fmt: skip
     assert decode_speed.main(argv) == 0
     out = capsys.readouterr().out
     found = {}
