@@ -24,7 +24,7 @@ from transformer.checkpoint import CheckpointError
 from transformer.evaluation import bleu_chrf
 from transformer.inspection import Inspection
 from transformer.lines import InputError, argument_lines, open_output, read_text, stream_lines, write_lines
-from transformer.runtime import DeviceError, keep_freed_memory
+from transformer.runtime import DeviceError
 from transformer.sampling import Sampling
 from transformer.translate_options import parse_args
 from transformer.translator import Translator
@@ -156,7 +156,6 @@ def process(
 
 def translate(args) -> None:
     check_paths(args)
-    keep_freed_memory()  # no page faults for every decoding step's big blocks (runtime.keep_freed_memory)
     translator = load_translator(args)  # before waiting for input
     if args.stream:
         outputs = Outputs(args, translator)

@@ -49,11 +49,16 @@ from transformer.checkpoint import CheckpointError, load_for_inference
 from transformer.data import make_batches
 from transformer.evaluation import bleu_chrf
 from transformer.multi30k import load_multi30k
-from transformer.runtime import keep_freed_memory
 from transformer.translator import Translator
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RUN = ROOT / "runs" / "decode_bench"
+
+
+def _at_least_one(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
 
 
 def parse_args(argv=None):
@@ -70,7 +75,10 @@ def parse_args(argv=None):
         "--compare", action="store_true", help="ours vs transformers generate() vs CTranslate2"
     )
     parser.add_argument(
-        "--rounds", type=int, default=3, help="--compare: timed runs per engine, in turn; the fastest counts"
+        "--rounds",
+        type=_at_least_one,
+        default=3,
+        help="--compare: timed runs per engine, in turn; the fastest counts",
     )
     parser.add_argument("--export-dir", help="--compare: keep the exported models here (default: a temp dir)")
     return parser.parse_args(argv)
@@ -303,7 +311,6 @@ def compare_engines(model, tokenizer, settings, test, checkpoint, args, log=prin
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    keep_freed_memory()  # as translate.py decodes (runtime.keep_freed_memory)
     checkpoint = Path(args.checkpoint) if args.checkpoint else DEFAULT_RUN / "best.pt"
     if args.checkpoint is None and not checkpoint.is_file():
         if args.train_minutes is None:

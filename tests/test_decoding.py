@@ -14,10 +14,11 @@ import pytest
 import torch
 from conftest import DATA_DIR
 
+from transformer import decoding, topk
 from transformer.checkpoint import load_for_inference
 from transformer.config import ModelConfig
 from transformer.corpus import read_lines
-from transformer.decoding import beam_search, greedy_decode, length_normaliser, max_lengths
+from transformer.decoding import beam_search, beam_search_nbest, greedy_decode, length_normaliser, max_lengths
 from transformer.model import Transformer
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -164,6 +165,32 @@ def test_batched_beam_equals_one_by_one():
         ended_now, limited_now = endings(model, src, batched, 8)
         ended, limited = ended + ended_now, limited + limited_now
     assert ended > 0 and limited > 0
+
+
+@pytest.mark.parametrize("K", [1, 4])
+def test_beam_scored_by_blocks_of_rows_with_the_two_pass_top_k_equals_all_at_once(monkeypatch, K):
+    """Beam search's output layer and scoring 3 rows at a time, and its top-k in blocks of 2 (V = 100: 50
+    blocks, so ``topk.top_k`` takes its two-pass path), give the same n-best lists and prefixed outputs as
+    all rows at once and ``torch.topk``."""
+    model, src = random_model(1, vocab_size=100), random_sources(1, batch=8, vocab_size=100)
+    prefix = torch.full((8, 2), -1)
+    prefix[::2, 0], prefix[::4, 1] = 7, 9  # half the sentences must start with 7, a quarter with 7 9
+
+    def search():
+        return beam_search_nbest(model, src, K, 0.6, 8, nbest=K), beam_search(
+            model, src, K, 0.6, 8, prefix=prefix
+        )
+
+    monkeypatch.setattr(decoding, "SCORE_ROWS", 10**6)
+    monkeypatch.setattr(topk, "BLOCK", 10**6)  # no whole block: torch.topk
+    (nbest, prefixed) = search()
+    monkeypatch.setattr(decoding, "SCORE_ROWS", 3)
+    monkeypatch.setattr(topk, "BLOCK", 2)
+    (nbest_blocks, prefixed_blocks) = search()
+    assert prefixed_blocks == prefixed and all(out[:1] == [7] for out in prefixed[::2])
+    for hyps, hyps_blocks in zip(nbest, nbest_blocks):
+        assert [ids for ids, _ in hyps_blocks] == [ids for ids, _ in hyps]
+        assert [log_p for _, log_p in hyps_blocks] == pytest.approx([log_p for _, log_p in hyps], rel=1e-12)
 
 
 def test_beam_wider_than_the_search_space_is_exhaustive_search():

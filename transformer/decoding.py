@@ -239,22 +239,22 @@ def _collect_finished(
         finished[i].append((norm, prefix if token == eos_id else prefix + [token], log_p))
 
 
-SCORE_ROWS = 128  # rows of next-token logits (·, V) made and scored at a time: see _row_best
+SCORE_ROWS = 128  # rows of next-token logits (·, V) made and scored at a time on a CPU: see _row_best
 
 
-def _row_best(beams: _Beams, features: torch.Tensor, model: Transformer, step: int, prefix):
-    """Each row's k' = min(2K, V) best tokens by log p: (log p, token), each (N, k'). features (N, 1, D),
+def _row_best(features: torch.Tensor, model: Transformer, k: int, step: int, prefix, dtype: torch.dtype):
+    """Each row's k best tokens by log p: (log p in ``dtype``, token), each (N, k). features (N, 1, D),
     prefix (N, P) or None.
 
-    The output layer and the scoring run SCORE_ROWS rows at a time, so the logits stay in the CPU's cache
-    and no (n·K, V) buffer is allocated at every step (fresh pages for one cost more than the scoring).
-    log p = logit − logsumexp(logits): the log-softmax is never written.
+    On a CPU the output layer and the scoring run SCORE_ROWS rows at a time: a bounded buffer, where an
+    (N, V) one would be allocated at every step (fresh pages for it cost more than the scoring); on a GPU,
+    all rows at once. log p = logit − logsumexp(logits): the log-softmax is never written.
     """
-    k = min(2 * beams.scores.numel() // beams.active.numel(), model.output_proj.out_features)
+    chunk = SCORE_ROWS if features.device.type == "cpu" else features.size(0)
     log_probs, tokens = [], []
-    for start in range(0, features.size(0), SCORE_ROWS):
-        rows = slice(start, start + SCORE_ROWS)
-        logits = _next_token_logits(model.output_proj(features[rows]), model).to(beams.scores.dtype)  # (r, V)
+    for start in range(0, features.size(0), chunk):
+        rows = slice(start, start + chunk)
+        logits = _next_token_logits(model.output_proj(features[rows]), model).to(dtype)  # (r, V)
         log_norm = torch.logsumexp(logits, dim=-1, keepdim=True)  # (r, 1)
         # a forced token keeps its real probability
         logits = _force_prefix(logits, None if prefix is None else prefix[rows], step)
@@ -264,21 +264,20 @@ def _row_best(beams: _Beams, features: torch.Tensor, model: Transformer, step: i
     return torch.cat(log_probs), torch.cat(tokens)  # (N, k) each
 
 
-def _best_extensions(beams: _Beams, features: torch.Tensor, model: Transformer, step: int):
+def _best_extensions(beams: _Beams, features: torch.Tensor, model: Transformer, step: int, first: bool):
     """The 2K best one-token extensions of each sentence's K hypotheses by log P: (scores, row extended,
-    token), each (n, 2K). features (n·K, 1, D): the decoder's output; on the first step (n, 1, D), one row per
-    sentence, since its K beams are all the start token.
+    token), each (n, 2K). features (n·K, 1, D): the decoder's output; on the ``first`` step (n, 1, D), one
+    row per sentence, since its K beams are all the start token.
 
     In two stages: each row's 2K best tokens (a sentence's 2K best extensions are among them), then the
     best 2K of those K·2K.
     """
     n, K = beams.active.numel(), beams.scores.numel() // beams.active.numel()
-    if features.size(0) == n:  # the first step: score one beam per sentence, and copy its scores to all K
-        prefix = None if beams.prefix is None else beams.prefix[::K]  # (n, P)
-        row_log_probs, row_tokens = _row_best(beams, features, model, step, prefix)  # (n, k') k' = 2K or V
+    k = min(2 * K, model.output_proj.out_features)  # k' = 2K, or V if smaller
+    prefix = None if beams.prefix is None else beams.prefix[:: K if first else 1]  # (n | n·K, P)
+    row_log_probs, row_tokens = _row_best(features, model, k, step, prefix, beams.scores.dtype)  # (·, k')
+    if first:  # one row per sentence scored: the same scores for its K beams (only the first one is alive)
         row_log_probs, row_tokens = row_log_probs.repeat_interleave(K, 0), row_tokens.repeat_interleave(K, 0)
-    else:
-        row_log_probs, row_tokens = _row_best(beams, features, model, step, beams.prefix)  # (n·K, k')
     candidates = (beams.scores[:, None] + row_log_probs).view(n, -1)  # (n, K·k') log P
     top_scores, top = candidates.topk(2 * K, dim=-1)  # (n, 2K)
     origin = top // row_tokens.size(-1) + (torch.arange(n, device=features.device) * K)[:, None]  # (n, 2K)
@@ -321,7 +320,7 @@ def beam_search(
         features, _, _ = model.decode(inputs, beams.memory, beams.src_mask, cache, project=False)  # (·, 1, D)
         if step == 0:
             _contiguous_memory_cache(cache)
-        top_scores, origin, next_tokens = _best_extensions(beams, features, model, step)  # (n, 2K) each
+        top_scores, origin, next_tokens = _best_extensions(beams, features, model, step, step == 0)  # (n, 2K)
         done = _finish_hypotheses(
             beams, top_scores, next_tokens, origin, step, eos_id, length_penalty, outputs, finished
         )

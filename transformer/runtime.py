@@ -3,7 +3,6 @@
 """
 
 import contextlib
-import ctypes
 import os
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -12,24 +11,6 @@ import torch
 import torch.distributed as dist
 
 from transformer.config import PRECISIONS
-
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's mallopt parameters (malloc.h)
-
-
-def keep_freed_memory() -> bool:
-    """Have glibc's malloc keep freed memory for the next allocation instead of returning it to the system.
-
-    PyTorch's CPU tensors come from malloc, which serves big blocks (beyond 32 MiB at most: a decoding
-    batch's (rows, V) logits, the cache of a long batch) with a fresh ``mmap`` and unmaps them when freed, so
-    every step pays a page fault per 4 KiB of them again: beam 4 ran ~8 % faster on a 2-core CPU without
-    (bench/decode_speed.py). Process-wide, and the process keeps its largest footprint until it exits:
-    translate.py and the decoding bench call it; call it in your own program before decoding for the same.
-    Returns False where it cannot apply (not glibc: macOS, musl), and changes nothing there.
-    """
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # the process's own symbols, the C library's too
-    if mallopt is None:
-        return False
-    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
 
 
 class DeviceError(ValueError):

@@ -9,6 +9,7 @@ an entry, the second largest cost of a beam-search step after the matmuls (V = 8
 3. ``torch.topk`` over those k blocks' entries and the entries after the last whole block.
 
 Same values as ``torch.topk``; among equal scores the indices may differ (torch.topk does not define them).
+On a GPU ``torch.topk`` is one kernel and is used as it is.
 """
 
 import torch
@@ -20,7 +21,7 @@ def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """scores (N, V) -> (values (N, k) sorted descending, indices (N, k) long): each row's k largest."""
     N, V = scores.shape
     n_blocks = V // BLOCK
-    if n_blocks < 4 * k:  # a small vocabulary: nothing to save
+    if n_blocks < 4 * k or scores.device.type != "cpu":  # a small vocabulary, or a GPU's one-kernel topk
         return scores.topk(k, dim=-1)
     blocks = scores[:, : n_blocks * BLOCK].view(N, n_blocks, BLOCK)  # (N, n_blocks, BLOCK)
     top_blocks = blocks.amax(dim=-1).topk(k, dim=-1).indices  # (N, k)
