@@ -15,6 +15,7 @@ from transformer.interop.slim import slim_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
+import decode_ab  # noqa: E402
 import decode_speed  # noqa: E402
 import train_throughput  # noqa: E402
 
@@ -85,3 +86,24 @@ def test_decode_speed_runs_on_a_slim_checkpoint(tiny_checkpoint, tmp_path, capsy
     assert decode_speed.main(argv) == 0
     out = capsys.readouterr().out
     assert "cached and uncached greedy outputs identical: yes" in out and "speedup_cache=" in out
+
+
+def test_decode_ab_runs_two_checkouts_in_turn(tiny_checkpoint, capsys):
+    """The same checkout twice, in fresh processes: the same outputs, a ratio printed."""
+    argv = [str(ROOT), str(ROOT), "--checkpoint", str(tiny_checkpoint), "--data-dir", str(DATA_DIR),
+            "--limit", "16", "--beam", "2", "--pairs", "1"]  # fmt: skip
+    assert decode_ab.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("sentences/s") == 2 and "mean_ratio=" in out and "same_outputs=yes" in out
+
+
+def test_decode_ab_says_when_outputs_differ_and_refuses_a_folder_that_is_not_a_checkout(
+    tmp_path, monkeypatch, capsys
+):
+    runs = iter([{"sentences_per_s": 10.0, "sha256": "a"}, {"sentences_per_s": 15.0, "sha256": "b"}])
+    monkeypatch.setattr(decode_ab, "decode_once", lambda tree, args: next(runs))
+    assert decode_ab.main([str(ROOT), str(ROOT), "--checkpoint", "x.pt", "--pairs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "mean_ratio=1.500" in out and "same_outputs=no" in out
+    assert decode_ab.main([str(tmp_path), str(ROOT), "--checkpoint", "x.pt"]) == 1
+    assert f"{tmp_path.resolve()} is not a checkout of this project" in capsys.readouterr().err
