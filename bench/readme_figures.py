@@ -98,7 +98,7 @@ def training_rows(figures: dict) -> list[tuple[str, str]]:
 def results_table(figures: dict) -> str:
     """The README's results table, every row naming the run or checkpoint its figures come from."""
     compare, throughput = figures["decode_compare"], figures["train_throughput"]
-    cache, align = figures["decode_cache"], figures["alignments"]
+    cache, align, beam = figures["decode_cache"], figures["alignments"], figures["decode_compare"]["beam4"]
     rows = training_rows(figures) + [
         (f"{compare['checkpoint']} exported to transformers / CTranslate2 fp32",
          f"{compare['identical_lines']} of {compare['lines']} test translations identical to ours"),
@@ -107,6 +107,11 @@ def results_table(figures: dict) -> str:
          f"{compare['ours']:.0f} vs {compare['hf_generate']:.0f} vs {compare['ct2_fp32']:.0f} / "
          f"{compare['ct2_int8']:.0f} sentences/s (ours {compare['ours'] / compare['hf_generate']:.2f}× "
          "`generate()`)"),
+        (f"beam 4 decoding speed, same checkpoint: ours vs `generate(num_beams=4)` vs CTranslate2 fp32 "
+         f"({compare['date']})",
+         f"{beam['ours']:.0f} vs {beam['hf_generate']:.0f} vs {beam['ct2_fp32']:.0f} sentences/s (ours "
+         f"{beam['ours'] / beam['hf_generate']:.2f}× `generate()`, {beam['ours'] / beam['ct2_fp32']:.2f}× "
+         "CTranslate2)"),
         (f"training throughput vs the same model on `torch.nn.Transformer` ({throughput['date']})",
          f"{throughput['ratio_vs_torch']:.2f}× ({throughput['sizes']} sizes)"),
         (f"greedy decoding with the key/value cache vs without ({cache['checkpoint']}, {cache['date']})",
