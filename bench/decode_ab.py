@@ -53,7 +53,10 @@ def parse_args(argv=None):
     parser.add_argument(
         "--data-dir", default="", help="Multi30k folder (default: $MULTI30K_DIR, else data/multi30k)"
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.pairs < 1:
+        parser.error(f"--pairs must be >= 1, got {args.pairs}")
+    return args
 
 
 def decode_once(tree: Path, args) -> dict:

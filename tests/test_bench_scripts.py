@@ -107,3 +107,6 @@ def test_decode_ab_says_when_outputs_differ_and_refuses_a_folder_that_is_not_a_c
     assert "mean_ratio=1.500" in out and "same_outputs=no" in out
     assert decode_ab.main([str(tmp_path), str(ROOT), "--checkpoint", "x.pt"]) == 1
     assert f"{tmp_path.resolve()} is not a checkout of this project" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        decode_ab.main([str(ROOT), str(ROOT), "--checkpoint", "x.pt", "--pairs", "0"])
+    assert "--pairs must be >= 1, got 0" in capsys.readouterr().err
