@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from transformer.attention import (
     MultiHeadAttention,
+    append_step,
     merge_heads,
     scaled_dot_product_attention,
     split_heads,
@@ -221,6 +222,36 @@ def test_cached_self_attention_equals_full():
     steps = [mha(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], None, cache)[0] for t in range(7)]
     assert (torch.cat(steps, dim=1) - full).abs().max() < 1e-6
     assert cache["k"].shape == (2, 4, 7, 8)
+
+
+def test_cached_self_attention_with_reordered_rows_equals_reordering_first():
+    """A search that reorders its hypotheses leaves ``rows`` in the cache; the next step takes those rows
+    of the past keys / values and appends its own: the same as index_select, then cat (rows repeated,
+    dropped and swapped, and a first step that grows one row per sentence into several)."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(32, 4).eval().requires_grad_(False)  # as in decoding
+    x = torch.randn(2, 1, 32)
+    deferred, eager = {}, {}
+    mha(x, x, x, None, deferred), mha(x, x, x, None, eager)
+    for rows in (torch.tensor([1, 1, 0]), torch.tensor([2, 0, 0, 1]), torch.tensor([3, 1])):
+        deferred["rows"] = rows
+        eager["k"], eager["v"] = eager["k"].index_select(0, rows), eager["v"].index_select(0, rows)
+        y = torch.randn(rows.numel(), 1, 32)
+        out_deferred, _ = mha(y, y, y, None, deferred)
+        out_eager, _ = mha(y, y, y, None, eager)
+        assert "rows" not in deferred and deferred["k"].is_contiguous()
+        assert torch.equal(out_deferred, out_eager)
+        assert torch.equal(deferred["k"], eager["k"]) and torch.equal(deferred["v"], eager["v"])
+
+
+def test_append_step_takes_the_rows_then_the_new_step():
+    past, new = torch.randn(3, 2, 4, 5), torch.randn(4, 2, 1, 5)  # (B', H, T, Dh), (B, H, 1, Dh)
+    rows = torch.tensor([2, 0, 2, 1])
+    expected = torch.cat([past[rows], new], dim=2)  # (B, H, T + 1, Dh)
+    assert torch.equal(append_step(past, new, rows), expected)
+    past.requires_grad_(True)  # out= has no backward: with gradients, the two-copy way
+    torch.testing.assert_close(append_step(past, new, rows), expected)
+    assert torch.equal(append_step(past[: 4 - 1], new[:3]), torch.cat([past, new[:3]], dim=2))
 
 
 def test_cross_attention_cache_computed_once():

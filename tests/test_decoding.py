@@ -216,6 +216,23 @@ def test_beam_wider_than_the_search_space_is_exhaustive_search():
     assert not_greedy > 0, "greedy was already optimal everywhere: the test shows nothing"
 
 
+def test_every_finished_hypothesis_scores_as_a_full_forward_pass():
+    """The log P that beam search accumulates through its cache, for every hypothesis it finishes, equals
+    the full forward pass's: the cache follows the hypotheses through the reordering of each step and
+    through sentences leaving the batch at different steps (which the outputs alone may not show: a
+    small model's choices can survive a wrong cache)."""
+    checked, lengths = 0, set()
+    for seed in range(3):
+        model, src = random_model(seed), random_sources(seed, batch=10)
+        for i, hyps in enumerate(beam_search_nbest(model, src, 4, 0.0, 8, nbest=4)):
+            ids = [h for h, _ in hyps]
+            full = model_scores(model, src[i : i + 1].expand(len(ids), -1), ids, 0.0, 8)  # α 0: log P
+            found = torch.tensor([log_p for _, log_p in hyps], dtype=full.dtype)
+            torch.testing.assert_close(found, full, rtol=0, atol=1e-9)
+            checked, lengths = checked + len(ids), lengths | {len(ids[0])}
+    assert checked >= 100 and len(lengths) > 3  # sentences finished at many different steps
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
 def test_beam_of_four_usually_scores_at_least_as_well_as_greedy(alpha):
     """Not a guarantee: beam search may prune the prefix of greedy's hypothesis when K other prefixes

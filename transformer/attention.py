@@ -67,6 +67,26 @@ def beams_attention(
     return out.transpose(1, 2).reshape(n * K, H, 1, Dh), weights.transpose(1, 2).reshape(n * K, H, 1, S)
 
 
+def append_step(past: torch.Tensor, new: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """The self-attention cache one step longer: past (B', H, T, Dh), new (B, H, 1, Dh) -> (B, H, T + 1, Dh).
+
+    ``rows`` (B,) long: row b continues past's row ``rows[b]`` (a search that reordered its hypotheses or
+    dropped finished sentences); the selected rows are written straight into the longer tensor, one copy
+    where ``index_select`` + ``cat`` would make two. None: past's rows as they are (B' = B).
+    """
+    if rows is not None and rows.numel() != new.size(0):
+        raise ValueError(f"{rows.numel()} cache rows selected for a step of {new.size(0)} rows")
+    if rows is None:
+        return torch.cat([past, new], dim=2)  # (B, H, T + 1, Dh)
+    if torch.is_grad_enabled() and (past.requires_grad or new.requires_grad):  # out= has no backward
+        return torch.cat([past.index_select(0, rows), new], dim=2)  # (B, H, T + 1, Dh)
+    B, H, T, Dh = new.size(0), past.size(1), past.size(2), past.size(3)
+    longer = new.new_empty(B, H, T + 1, Dh)
+    torch.index_select(past, 0, rows, out=longer[:, :, :T])  # (B, H, T, Dh) the rows, reordered
+    longer[:, :, T:] = new
+    return longer
+
+
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """(B, T, D) -> (B, H, T, Dh): view the last dim as H heads, THEN move heads before time."""
     B, T, D = x.shape
@@ -87,7 +107,8 @@ class MultiHeadAttention(nn.Module):
     When ``query is key is value`` the projection is one matmul; the math is the same either way.
 
     Incremental decoding: pass a dict as ``cache``. A self-attention module (``self_attention=True``)
-    appends this step's keys/values to ``cache["k"]``, ``cache["v"]``; a cross-attention module computes
+    appends this step's keys/values to ``cache["k"]``, ``cache["v"]``, after taking (and removing) the
+    rows ``cache["rows"]`` of the past ones when a search left it there; a cross-attention module computes
     the memory's keys/values on the first call and reuses them afterwards.
     """
 
@@ -132,8 +153,9 @@ class MultiHeadAttention(nn.Module):
                 v = split_heads(F.linear(value, w[2 * D :], b[2 * D :]), H)  # (B, H, Tk, Dh)
         if cache is not None:
             if self.self_attention and "k" in cache:  # the past target tokens, then this step's
-                k = torch.cat([cache["k"], k], dim=2)  # (B, H, Tk, Dh)
-                v = torch.cat([cache["v"], v], dim=2)  # (B, H, Tk, Dh)
+                rows = cache.pop("rows", None)  # left by a search that reordered or dropped rows
+                k = append_step(cache["k"], k, rows)  # (B, H, Tk, Dh)
+                v = append_step(cache["v"], v, rows)  # (B, H, Tk, Dh)
             cache["k"], cache["v"] = k, v
         if k.size(0) != q.size(0):  # beam search: a sentence's memory serves its K beams (decoding.py)
             assert not self.training, "beams share a memory only in decoding"

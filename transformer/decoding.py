@@ -33,11 +33,19 @@ from transformer.topk import top_k
 
 
 def _select_rows(cache: Cache, rows: torch.Tensor, parts=("self", "cross")) -> None:
-    """Keep (and reorder) the batch rows ``rows`` of the cached key / value tensors, in place."""
+    """Keep (and reorder) the batch rows ``rows`` of the cached key / value tensors, in place.
+
+    The memory's keys / values ("cross") are selected now. The past tokens' ("self") are selected when the
+    next step appends its own (``attention.append_step``: one copy instead of two); until then the cache
+    holds the rows to take, composed with any taken before.
+    """
     for layer in cache:
-        for part in (layer[p] for p in parts):
-            for name, tensor in part.items():
-                part[name] = tensor.index_select(0, rows)
+        for name in parts:
+            part = layer[name]
+            if name == "self":
+                part["rows"] = rows if "rows" not in part else part["rows"][rows]
+            else:
+                part["k"], part["v"] = part["k"].index_select(0, rows), part["v"].index_select(0, rows)
 
 
 def _contiguous_memory_cache(cache: Cache) -> None:

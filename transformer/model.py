@@ -23,7 +23,8 @@ from transformer.embeddings import PositionalEncoding, TokenEmbedding
 from transformer.layers import DecoderLayer, EncoderLayer
 from transformer.masks import decoder_self_mask, padding_mask
 
-# One decoding cache per decoder layer: {"self": {"k", "v"}, "cross": {"k", "v"}}.
+# One decoding cache per decoder layer: {"self": {"k", "v"[, "rows"]}, "cross": {"k", "v"}}; "rows": the
+# past rows the next step continues (decoding._select_rows), taken when it appends its keys/values.
 Cache = list[dict[str, dict[str, torch.Tensor]]]
 
 
