@@ -74,17 +74,28 @@ def budget(config_path: str) -> str:
     return f"{minutes:g}-minute budget"
 
 
-def training_rows(figures: dict) -> list[tuple[str, str]]:
-    main, long = figures["main_job"], figures["long_config"]
-    runs = main["runs"]
+def main_job_row(runs: list[dict], what: str) -> tuple[str, str]:
     joined = lambda key, fmt="{:.2f}": " / ".join(fmt.format(run[key]) for run in runs)
     commits = ", ".join(f"`{run['commit']}`" for run in runs)
-    rows = [(
-        f"`make train` (Multi30k de→en, 7.6M parameters, {budget(main['config'])}), {len(runs)} runs at "
-        f"commits {commits}: {joined('steps', '{}')} steps",
+    return (
+        f"{what}, {len(runs)} run{'s' if len(runs) > 1 else ''} at commit{'s' if len(runs) > 1 else ''} "
+        f"{commits}: {joined('steps', '{}')} steps",
         f"**test_2016_flickr BLEU {joined('test_bleu')}** greedy (validation {joined('best_val_bleu')}); "
         f"**{joined('test_bleu_beam4')}** beam 4",
-    )]  # fmt: skip
+    )
+
+
+def training_rows(figures: dict) -> list[tuple[str, str]]:
+    main, long = figures["main_job"], figures["long_config"]
+    rows = [
+        main_job_row(
+            main["runs"], f"`make train` (Multi30k de→en, 7.6M parameters, {budget(main['config'])})"
+        )
+    ]
+    for previous in main.get("previous", []):
+        rows.append(
+            main_job_row(previous["runs"], f"`make train` with an earlier recipe ({previous['recipe']})")
+        )
     for run in long["runs"]:
         rows.append((
             f"the long config, `make train CONFIG={long['config']} RUN_DIR=runs/multi30k_de_en_long` "
