@@ -251,7 +251,9 @@ def test_append_step_takes_the_rows_then_the_new_step():
     assert torch.equal(append_step(past, new, rows), expected)
     past.requires_grad_(True)  # out= has no backward: with gradients, the two-copy way
     torch.testing.assert_close(append_step(past, new, rows), expected)
-    assert torch.equal(append_step(past[: 4 - 1], new[:3]), torch.cat([past, new[:3]], dim=2))
+    with pytest.raises(ValueError, match="3 cache rows selected for a step of 4 rows"):
+        append_step(past.detach(), new, rows[:3])
+    assert torch.equal(append_step(past, new[:3]), torch.cat([past, new[:3]], dim=2))
 
 
 def test_cross_attention_cache_computed_once():
