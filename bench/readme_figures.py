@@ -124,7 +124,8 @@ def results_table(figures: dict) -> str:
          f"{beam['ours'] / beam['hf_generate']:.2f}× `generate()`, {beam['ours'] / beam['ct2_fp32']:.2f}× "
          "CTranslate2)"),
         (f"training throughput vs the same model on `torch.nn.Transformer` ({throughput['date']})",
-         f"{throughput['ratio_vs_torch']:.2f}× ({throughput['sizes']} sizes)"),
+         f"{throughput['ratio_vs_torch']:.2f}× ({throughput['sizes']} sizes; "
+         f"{throughput['spread']} over the last {throughput['runs']} runs)"),
         (f"greedy decoding with the key/value cache vs without ({cache['checkpoint']}, {cache['date']})",
          f"{cache['speedup_cache']:.2f}× faster ({cache['with_cache']} vs {cache['without_cache']} "
          "sentences/s), identical output"),

@@ -110,3 +110,21 @@ def test_decode_ab_says_when_outputs_differ_and_refuses_a_folder_that_is_not_a_c
     with pytest.raises(SystemExit):
         decode_ab.main([str(ROOT), str(ROOT), "--checkpoint", "x.pt", "--pairs", "0"])
     assert "--pairs must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_ema_windows_averages_follow_their_formulas():
+    """bench/ema_windows.py: warm-up C is the recurrence with decay (1 + n) / (C + n); a fixed decay D
+    starts from zero and is bias-corrected, so a constant weight averages to itself exactly."""
+    import ema_windows
+
+    averages = ema_windows.Averages(warmups=[4.0], fixed=[0.9])
+    torch.manual_seed(0)
+    constant, expected = torch.ones(3), None
+    for n in range(1, 6):
+        weights = torch.randn(3)
+        averages.update([weights, constant], n)
+        d = (1 + n) / (4 + n)
+        expected = weights.clone() if expected is None else d * expected + (1 - d) * weights
+    out = averages.averages(5)
+    torch.testing.assert_close(out["warm-up 4"][0], expected)
+    torch.testing.assert_close(out["0.9 from the start"][1], constant)

@@ -122,7 +122,8 @@ class TrainConfig:
     device: str = "auto"  # "auto" (cuda if present), "cpu", "cuda", "cuda:1", ...
     precision: str = "auto"  # "auto" (bf16 on cuda, fp32 on cpu), "fp32", "bf16", "fp16"
     compile: bool = False  # torch.compile the model
-    ema_decay: float = 0.0  # > 0: evaluate and save an exponential moving average of the weights
+    ema_decay: float = 0.0  # > 0: evaluate and save an exponential moving average of the weights; the cap
+    # of its decay min(ema_decay, (1 + n) / (10 + n)) after n updates (ema.py: 0.998 is reached at n = 4490)
     nonfinite_loss: str = "stop"  # "stop" (keep the last good checkpoint) or "skip" the update
     log_every: int = 50  # steps between TensorBoard scalars
     checkpoint_every: int = 0  # also write last.pt every N steps (besides every evaluation); 0 = off
