@@ -12,7 +12,7 @@ import torch
 from conftest import DATA_DIR, needs_data
 
 import train
-from transformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from transformer.checkpoint import CheckpointError, link_checkpoint, load_checkpoint, save_checkpoint
 from transformer.config import ModelConfig
 from transformer.model import Transformer
 
@@ -103,6 +103,22 @@ def test_last_checkpoint_is_never_half_written(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert torch.load(path, weights_only=True) == {"step": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary file left behind
+
+
+@pytest.mark.parametrize("hard_links", [True, False])
+def test_a_linked_checkpoint_keeps_its_bytes_when_the_source_is_saved_over(tmp_path, monkeypatch, hard_links):
+    """best.pt is written as a link to last.pt; the next last.pt must not change it."""
+    if not hard_links:
+        monkeypatch.setattr(os, "link", lambda *args: (_ for _ in ()).throw(OSError("no hard links here")))
+    last, best = tmp_path / "last.pt", tmp_path / "best.pt"
+    save_checkpoint({"step": 1}, best)
+    save_checkpoint({"step": 2}, last)
+    link_checkpoint(last, best)  # replaces the older best.pt
+    assert torch.load(best, weights_only=True) == {"step": 2}
+    save_checkpoint({"step": 3}, last)
+    assert torch.load(best, weights_only=True) == {"step": 2}
+    assert torch.load(last, weights_only=True) == {"step": 3}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]  # no temporary file left
 
 
 @needs_data

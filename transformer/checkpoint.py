@@ -8,6 +8,7 @@ position and RNG state.
 
 import os
 import pickle
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -37,6 +38,24 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def link_checkpoint(source: str | Path, path: str | Path) -> None:
+    """Make ``path`` the same file as the checkpoint ``source`` without writing it again: a hard link under
+    a temporary name, then a rename, so ``path`` is never partly written (a copy where links are refused).
+    ``save_checkpoint`` replaces a file by renaming a new one over it: a link stays the old checkpoint."""
+    source, path = Path(source), Path(path)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.link"
+    tmp.unlink(missing_ok=True)
+    try:
+        try:
+            os.link(source, tmp)
+        except OSError:  # a file system without hard links
+            shutil.copyfile(source, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise
 
 

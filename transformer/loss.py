@@ -85,8 +85,18 @@ def _block_log_probs(x, w, b, rows: slice) -> torch.Tensor:
     return torch.log_softmax(F.linear(x[rows], w, b).float(), dim=-1)  # (n, V)
 
 
+def _autocast_operands(x, w, b):
+    """x, w, b in the precision autocast multiplies them in (bf16 / fp16), cast once for all the blocks:
+    left to autocast, the (V, D) weight was cast again for every block and every matmul (16 times a step)."""
+    if not torch.is_autocast_enabled(x.device.type):
+        return x, w, b
+    low = torch.get_autocast_dtype(x.device.type)
+    return tuple(None if t is None else t.to(low) for t in (x, w, b))
+
+
 def _blocks_loss(x, w, b, target, eps, excluded) -> torch.Tensor:
     """The loss alone (no gradient wanted)."""
+    x, w, b = _autocast_operands(x, w, b)
     total = torch.zeros((), device=x.device)
     for rows in _blocks(x.size(0), w.size(0)):
         total += _smoothed_nll(_block_log_probs(x, w, b, rows), target[rows], eps, excluded)
@@ -103,6 +113,12 @@ class _OutputLoss(torch.autograd.Function):
         accumulate = torch.promote_types(w.dtype, torch.float32)  # fp32, or fp64 for a float64 model
         grad_w = torch.zeros_like(w, dtype=accumulate)  # (V, D)
         grad_b = None if b is None else torch.zeros_like(b, dtype=accumulate)  # (V,)
+        ctx.dtypes = (x.dtype, w.dtype, None if b is None else b.dtype)
+        x, w, b = _autocast_operands(x, w, b)
+        low = x.dtype != accumulate  # under autocast: bf16 / fp16 operands
+        # in low precision the whole (N, V) gradient is kept (2 bytes an entry) for ONE weight-gradient
+        # matmul: a (V, D) product and an fp32 sum per block cost more than the block's matmuls themselves
+        grad_logits = torch.empty((x.size(0), w.size(0)), dtype=x.dtype, device=x.device) if low else None
         for rows in _blocks(x.size(0), w.size(0)):
             log_probs = _block_log_probs(x, w, b, rows)  # (n, V)
             total += _smoothed_nll(log_probs, target[rows], eps, excluded)
@@ -111,15 +127,17 @@ class _OutputLoss(torch.autograd.Function):
             if excluded:
                 grad[:, excluded] += eps / (w.size(0) - len(excluded))  # ... but the never-produced ones
             grad.scatter_add_(1, target[rows, None], grad.new_full((grad.size(0), 1), eps - 1.0))  # − (1 − ε)
-            grad_x[rows] = grad.to(w.dtype) @ w  # (n, D); autocast decides the precision of the matmuls
-            if x.dtype == accumulate and not torch.is_autocast_enabled(x.device.type):
-                grad_w.addmm_(grad.t().to(x.dtype), x[rows])  # (V, D) += (V, n) @ (n, D), added by the matmul
-            else:  # autocast's matmul, then an fp32 sum
-                grad_w += (grad.t().to(x.dtype) @ x[rows]).to(accumulate)  # (V, D)
             if grad_b is not None:
                 grad_b += grad.sum(dim=0)
+            grad = grad.to(x.dtype)  # (n, V) in the operands' precision
+            grad_x[rows] = grad @ w  # (n, D)
+            if low:
+                grad_logits[rows] = grad
+            else:
+                grad_w.addmm_(grad.t(), x[rows])  # (V, D) += (V, n) @ (n, D), added by the matmul
+        if low:
+            grad_w += grad_logits.t() @ x  # (V, D) = (V, N) @ (N, D), then an fp32 sum
         ctx.save_for_backward(grad_x, grad_w, *(() if grad_b is None else (grad_b,)))
-        ctx.dtypes = (x.dtype, w.dtype, None if b is None else b.dtype)
         return total
 
     @staticmethod
