@@ -99,6 +99,40 @@ def test_under_bf16_autocast_it_follows_the_models_precision():
     assert fp32 != got  # the matmuls did run in bf16
 
 
+def test_under_bf16_autocast_weight_and_bias_gradients_match_the_logits_path(monkeypatch):
+    """Several blocks of rows: the weight gradient is made once from every block's gradient."""
+    monkeypatch.setattr(loss_module, "BLOCK_ELEMENTS", 4 * 50)  # 4 rows a block
+    features, proj, tgt_out = random_batch(4, B=4, T=6, D=64, V=50)
+    inputs = (features, proj.weight, proj.bias)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = torch.autograd.grad(output_loss(features, proj, tgt_out, PAD, 0.1, [PAD]), inputs)
+        expected = torch.autograd.grad(token_loss(proj(features), tgt_out, PAD, 0.1, [PAD]), inputs)
+    for a, b in zip(got, expected, strict=True):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a, b, rtol=0.05, atol=0.02)
+
+
+def test_under_bf16_autocast_the_weight_is_cast_once_for_all_blocks(monkeypatch):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountWeightCasts(TorchDispatchMode):
+        def __init__(self, shape):
+            super().__init__()
+            self.shape, self.casts = shape, 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default):
+                self.casts += any(isinstance(a, torch.Tensor) and a.shape == self.shape for a in args)
+            return func(*args, **(kwargs or {}))
+
+    monkeypatch.setattr(loss_module, "BLOCK_ELEMENTS", 4 * 50)  # 4 rows a block: 6 blocks
+    features, proj, tgt_out = random_batch(5, B=4, T=6, D=64, V=50)
+    counter = CountWeightCasts(proj.weight.shape)
+    with torch.autocast("cpu", dtype=torch.bfloat16), counter:
+        output_loss(features, proj, tgt_out, PAD, 0.1, [PAD]).backward()
+    assert counter.casts == 1  # to bf16, once (before: once for each of the 6 blocks)
+
+
 def test_a_float64_model_gets_float64_gradients_equal_to_token_losss():
     features, proj, tgt_out = random_batch(3)
     features, proj = features.detach().double().requires_grad_(), proj.double()
