@@ -128,3 +128,21 @@ def test_ema_windows_averages_follow_their_formulas():
     out = averages.averages(5)
     torch.testing.assert_close(out["warm-up 4"][0], expected)
     torch.testing.assert_close(out["0.9 from the start"][1], constant)
+
+
+def test_output_loss_ab_reads_a_commits_loss_from_git():
+    """bench/output_loss_ab.py times this checkout's output_loss against a commit's: at HEAD (the file
+    unchanged) the loaded function gives the same loss and gradient as the imported one."""
+    import output_loss_ab
+
+    from transformer.loss import output_loss
+
+    before = output_loss_ab.loss_at("HEAD")
+    assert before is not output_loss
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(2, 5, 8, generator=generator, requires_grad=True)
+    proj = torch.nn.Linear(8, 30, bias=False)
+    tgt_out = torch.randint(1, 30, (2, 5), generator=generator)
+    got, expected = (fn(features, proj, tgt_out, 0, 0.1) for fn in (before, output_loss))
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(*(torch.autograd.grad(loss, features)[0] for loss in (got, expected)))
