@@ -306,7 +306,8 @@ def test_ctranslate2_model_decodes_as_our_greedy(tmp_path, options):
 
 def with_eos_bias(checkpoint, path, eos_bias: float):
     """The checkpoint with ``model.output_bias`` on and ``eos_bias`` on EOS: the tiny model never stops
-    by itself within its limit; this one mostly does (and exports a bias)."""
+    by itself within its limit; with 2.25, 19 of the 24 test lines end (2.0: none, 2.5: all), so both
+    endings are compared (and a bias is exported)."""
     state = torch.load(checkpoint, weights_only=True)
     state["config"]["model"]["output_bias"] = True
     bias = torch.zeros(state["model"]["output_proj.weight"].size(0))  # (V,)
@@ -316,7 +317,7 @@ def with_eos_bias(checkpoint, path, eos_bias: float):
     return path
 
 
-@pytest.mark.parametrize("eos_bias", [None, 2.0])
+@pytest.mark.parametrize("eos_bias", [None, 2.25])
 def test_export_decodes_as_our_greedy_in_transformers_and_ctranslate2(tiny_checkpoint, tmp_path, eos_bias):
     ctranslate2 = pytest.importorskip("ctranslate2")
     from conftest import DATA_DIR
