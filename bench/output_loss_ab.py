@@ -33,11 +33,12 @@ def loss_at(commit: str):
     source = subprocess.run(
         ["git", "show", f"{commit}:transformer/loss.py"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+    with tempfile.NamedTemporaryFile("w", suffix=".py") as f:
         f.write(source)
-    spec = importlib.util.spec_from_file_location("loss_before", f.name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+        f.flush()
+        spec = importlib.util.spec_from_file_location("loss_before", f.name)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
     return module.output_loss
 
 

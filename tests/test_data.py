@@ -3,6 +3,7 @@
 import gzip
 import json
 import shutil
+from functools import partial
 from itertools import accumulate
 from pathlib import Path
 
@@ -53,6 +54,17 @@ def lengths() -> tuple[list[int], list[int]]:
     src = torch.randint(1, 60, (3000,), generator=generator)
     tgt = (src + torch.randint(-5, 6, (3000,), generator=generator)).clamp(min=1)
     return src.tolist() + [500, 3], tgt.tolist() + [4, 700]
+
+
+def padding_fraction(batches, src_lengths, tgt_lengths) -> float:
+    """PAD tokens / all tokens of the batches as ``collate`` builds them (EOS on the source, BOS / EOS on the
+    target: one more token a side)."""
+    real = sum(src_lengths[i] + tgt_lengths[i] + 2 for batch in batches for i in batch)
+    padded = sum(
+        len(batch) * (max(src_lengths[i] for i in batch) + max(tgt_lengths[i] for i in batch) + 2)
+        for batch in batches
+    )
+    return 1 - real / padded
 
 
 def fake_ids(src_lengths, tgt_lengths):
@@ -334,14 +346,7 @@ def test_batches_cover_each_sentence_once_within_budget(lengths, shuffle):
 def test_batches_are_sorted_by_length(lengths):
     """Bucketing works: sorted batching wastes far less on padding than random batches."""
     src_lengths, tgt_lengths = lengths
-
-    def padding(batches):
-        real, padded = 0, 0
-        for batch in batches:
-            real += sum(src_lengths[i] + tgt_lengths[i] for i in batch)
-            padded += len(batch) * max(src_lengths[i] for i in batch)
-            padded += len(batch) * max(tgt_lengths[i] for i in batch)
-        return 1 - real / padded
+    padding = partial(padding_fraction, src_lengths=src_lengths, tgt_lengths=tgt_lengths)
 
     bucketed = make_batches(src_lengths, tgt_lengths, max_tokens=2000, shuffle=True)
     sizes = [len(batch) for batch in bucketed]
@@ -358,14 +363,7 @@ def test_training_batches_pad_as_little_as_sorting_the_whole_epoch():
     src = torch.randint(5, 40, (29000,), generator=generator)
     tgt = (src + torch.randint(-6, 7, (29000,), generator=generator)).clamp(min=1)
     src_lengths, tgt_lengths = src.tolist(), tgt.tolist()
-
-    def padding(batches):
-        real = sum(src_lengths[i] + tgt_lengths[i] + 2 for batch in batches for i in batch)
-        padded = sum(
-            len(batch) * (max(src_lengths[i] for i in batch) + max(tgt_lengths[i] for i in batch) + 2)
-            for batch in batches
-        )
-        return 1 - real / padded
+    padding = partial(padding_fraction, src_lengths=src_lengths, tgt_lengths=tgt_lengths)
 
     training = make_batches(src_lengths, tgt_lengths, max_tokens=4000, shuffle=True, seed=1)
     evaluation = make_batches(src_lengths, tgt_lengths, max_tokens=4000, shuffle=False)

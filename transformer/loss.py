@@ -4,7 +4,9 @@
 decoder's output features and the output projection, computed a block of rows at a time, so that the
 (tokens, V) logits never exist whole. With V = 8000, logits, log-probabilities and their gradients take
 32 KB per target token each, the largest tensors of a training step; a plain ``token_loss(proj(x))``
-keeps two of them through the forward pass and three at a time in the backward pass.
+keeps two of them through the forward pass and three at a time in the backward pass. Under autocast
+(bf16 / fp16) the gradient of the logits is kept whole in that precision (2 bytes an entry), for one
+weight-gradient matmul instead of one per block.
 
 The gradient with respect to the logits has a closed form,
 
