@@ -4,7 +4,7 @@ for a bare ``cuda``, which crashed every single-GPU run), and a bad name is an e
 import pytest
 import torch
 
-from transformer.runtime import DeviceError, resolve_device
+from transformer.runtime import DeviceError, resolve_device, slow_precision
 
 
 @pytest.fixture
@@ -48,3 +48,30 @@ def test_set_device_accepts_what_resolve_device_returns(fake_cuda):
         pytest.fail(f"set_device refused the resolved device: {error}")
     except (AttributeError, RuntimeError, AssertionError):
         pass  # no CUDA in this build
+
+
+def cpu_with(monkeypatch, *features: str) -> None:
+    """This CPU, as PyTorch reports it, has exactly these of AVX512-BF16, AMX and VNNI."""
+    for name in ("avx512_bf16", "amx_tile", "vnni"):
+        monkeypatch.setattr(torch.cpu, f"_is_{name}_supported", lambda has=name in features: has)
+
+
+def test_bf16_and_int8_are_named_slow_only_on_a_cpu_without_their_instructions(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    cpu_with(monkeypatch)  # an AVX2 CPU: neither
+    assert "no bf16 matrix instructions" in slow_precision("bf16", cpu)
+    assert "no int8 dot-product instructions" in slow_precision("int8", cpu)
+    assert slow_precision("fp32", cpu) is None and slow_precision("auto", cpu) is None
+    assert slow_precision("bf16", cuda) is None  # a GPU's bf16 is its own business
+    cpu_with(monkeypatch, "avx512_bf16", "vnni")
+    assert slow_precision("bf16", cpu) is None and slow_precision("int8", cpu) is None
+    cpu_with(monkeypatch, "amx_tile")  # AMX multiplies both
+    assert slow_precision("bf16", cpu) is None and slow_precision("int8", cpu) is None
+    cpu_with(monkeypatch, "vnni")
+    assert slow_precision("bf16", cpu) is not None and slow_precision("int8", cpu) is None
+
+
+def test_a_pytorch_that_cannot_say_gets_no_warning(monkeypatch):
+    for name in ("avx512_bf16", "amx_tile", "vnni"):
+        monkeypatch.delattr(torch.cpu, f"_is_{name}_supported", raising=False)
+    assert slow_precision("bf16", torch.device("cpu")) is None

@@ -154,6 +154,16 @@ def test_fp16_with_grad_scaler_resumes_exactly(tmp_path, monkeypatch):
     assert a["scaler"]["growth_interval"] == 2 and 2**16 < a["scaler"]["scale"] < 2**22
 
 
+@needs_data
+def test_bf16_training_on_a_cpu_without_bf16_instructions_says_so(tmp_path, monkeypatch, capsys):
+    for name in ("avx512_bf16", "amx_tile"):  # an AVX2 CPU
+        monkeypatch.setattr(torch.cpu, f"_is_{name}_supported", lambda: False)
+    one_step = ("train.precision=bf16", "train.max_steps=1", "eval.every_steps=0")
+    assert run_train(tmp_path / "bf16", *one_step) == 0
+    err = capsys.readouterr().err
+    assert "warning: train.precision=bf16: this CPU has no bf16 matrix instructions" in err
+
+
 def test_resume_without_checkpoint_is_an_error(tmp_path, capsys):
     assert run_train(tmp_path / "nothing", resume=True) == 1
     assert "no checkpoint" in capsys.readouterr().err

@@ -180,6 +180,18 @@ def test_translator_from_parts_and_precision(translator):
         Translator(translator.model, translator.tokenizer, translator.settings, "cpu", "fp8")
 
 
+def test_a_precision_slower_than_fp32_on_this_cpu_is_said_once(translator, monkeypatch):
+    parts, said = (translator.model, translator.tokenizer, translator.settings, "cpu"), []
+    for name in ("avx512_bf16", "amx_tile", "vnni"):  # an AVX2 CPU
+        monkeypatch.setattr(torch.cpu, f"_is_{name}_supported", lambda: False)
+    Translator(*parts, "bf16", warn=said.append)
+    Translator(*parts, "fp32", warn=said.append)
+    assert len(said) == 1 and said[0].startswith("--precision bf16: this CPU has no bf16 matrix instructions")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    Translator(*parts, "bf16", warn=said.append)
+    assert len(said) == 1
+
+
 def test_long_sources_are_truncated_with_a_warning(translator):
     warnings = []
     quiet = Translator(

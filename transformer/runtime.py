@@ -45,6 +45,35 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
+def _cpu_has(feature: str) -> bool:
+    """Whether this CPU has an instruction set PyTorch reports (``torch.cpu._is_<feature>_supported``);
+    True when this PyTorch cannot say, so that no warning is given on a guess."""
+    check = getattr(torch.cpu, f"_is_{feature}_supported", None)
+    return True if check is None else bool(check())
+
+
+def slow_precision(precision: str, device: torch.device) -> str | None:
+    """Why ``precision`` ("bf16", "int8", ...) runs SLOWER than fp32 on this CPU, or None when it need not.
+
+    bf16 autocast on a CPU without AVX512-BF16 or AMX multiplies in emulated bf16, and int8 (torchao)
+    without VNNI or AMX falls back to a reference int8 matmul. On a 2-core AVX2 CPU (docs/benchmarks.md)
+    greedy decoding ran at 0.18x fp32's speed in bf16 and 0.07x in int8, a 256-1024 int8 matmul at 1/46.
+    """
+    if device.type != "cpu":
+        return None
+    if precision == "bf16" and not (_cpu_has("avx512_bf16") or _cpu_has("amx_tile")):
+        return (
+            "this CPU has no bf16 matrix instructions (AVX512-BF16 or AMX): bf16 runs emulated, several "
+            "times slower than fp32 here; use fp32"
+        )
+    if precision == "int8" and not (_cpu_has("vnni") or _cpu_has("amx_tile")):
+        return (
+            "this CPU has no int8 dot-product instructions (VNNI or AMX): int8 matmuls fall back to a "
+            "reference kernel, many times slower than fp32 here; use fp32"
+        )
+    return None
+
+
 def autocast(device: torch.device, dtype: torch.dtype | None):
     """THE autocast context of the project: none for fp32 (dtype None), else ``torch.autocast``."""
     return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)

@@ -5,6 +5,7 @@
 """
 
 import dataclasses
+import sys
 import time
 from dataclasses import dataclass, field
 from inspect import signature
@@ -31,7 +32,7 @@ from transformer.init_from import load_source, start_from, with_source_model
 from transformer.model import Transformer, build_model
 from transformer.optim import make_optimizer
 from transformer.run_folder import prepare_run_dir, run_tokenizer
-from transformer.runtime import Runtime, setup_runtime
+from transformer.runtime import Runtime, setup_runtime, slow_precision
 from transformer.tokenizer import Tokenizer
 from transformer.translator import Translator
 
@@ -136,6 +137,8 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
         print(
             reporting.setup_line(model, runtime, len(splits.train_indices), tokenizer.vocab_size), flush=True
         )
+        if (slow := slow_precision(config.train.precision, runtime.device)) is not None:
+            print(f"warning: train.precision={config.train.precision}: {slow}", file=sys.stderr, flush=True)
     return run
 
 

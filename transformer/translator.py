@@ -45,7 +45,7 @@ from transformer.evaluation import bleu_chrf
 from transformer.interop.released import is_released
 from transformer.model import Attention, Transformer
 from transformer.quantize import INT8, int8_model
-from transformer.runtime import autocast, autocast_dtype, resolve_device
+from transformer.runtime import autocast, autocast_dtype, resolve_device, slow_precision
 from transformer.sampling import Sampling, sample_tokens
 from transformer.tokenizer import Tokenizer
 
@@ -139,6 +139,8 @@ class Translator:
         ``precision``: the autocast of validation: "auto" (bf16 on CUDA, fp32 on the CPU), "fp32", "bf16",
         "fp16"; or "int8" on the CPU: a copy of the model with int8 linear layers (``quantize.py``)."""
         self.device = torch.device(device)
+        if (slow := slow_precision(precision, self.device)) is not None:
+            warn(f"--precision {precision}: {slow}")
         if precision == INT8:
             if self.device.type != "cpu":
                 raise ValueError(f"precision int8 decodes on the CPU, not on {self.device}")
