@@ -44,6 +44,7 @@ from transformer.decoding import beam_search, beam_search_nbest, greedy_decode, 
 from transformer.evaluation import bleu_chrf
 from transformer.interop.released import is_released
 from transformer.model import Attention, Transformer
+from transformer.packed import WORTH_PACKING, packed_decoder
 from transformer.quantize import INT8, int8_model
 from transformer.runtime import autocast, autocast_dtype, resolve_device, slow_precision
 from transformer.sampling import Sampling, sample_tokens
@@ -326,12 +327,15 @@ class Translator:
         empty = [[] for _ in src_ids]
         outputs, order = [], []
         bar = tqdm(total=len(src_ids), desc=progress, unit="sent", leave=False, disable=progress is None)
-        for batch in iter_batches(list(src_ids), empty, batches, *self.model.pad_start_eos):
-            bar.update(len(batch.indices))
-            rows = batch.indices.tolist()
-            with self.autocast():
-                outputs += decode(batch.src.to(self.device), rows)
-            order += rows
+        # beam search in fp32 on a CPU: prepacked weights (packed.py says why not greedy)
+        pack = self.dtype is None and settings.beam_size > 1 and len(src_ids) >= WORTH_PACKING
+        with packed_decoder(self.model, enabled=pack):
+            for batch in iter_batches(list(src_ids), empty, batches, *self.model.pad_start_eos):
+                bar.update(len(batch.indices))
+                rows = batch.indices.tolist()
+                with self.autocast():
+                    outputs += decode(batch.src.to(self.device), rows)
+                order += rows
         bar.close()
         return restore_order(outputs, order, len(src_ids))
 
