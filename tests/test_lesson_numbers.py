@@ -101,7 +101,7 @@ def test_line_by_line_shapes_and_exact_agreement():
         (2, 5, 16),
         (2, 5, 16),
     ]
-    assert n["diff"] == 0.0
+    assert n["diff"] < 1e-6  # float rounding: 0.0 on some CPUs, 4.5e-08 on others
 
 
 def test_against_nn_multihead_attention():
@@ -143,14 +143,14 @@ def test_mask_mistakes_numbers():
 
 def test_every_mistake_is_far_off_where_it_applies():
     n = pitfalls.eight_mistakes().numbers
-    assert n[None] == {"encoder": 0.0, "decoder": 0.0, "cross": 0.0}
+    assert set(n[None]) == {"encoder", "decoder", "cross"} and max(n[None].values()) < 1e-6  # rounding
     for mistake, row in n.items():
         if mistake is not None:
             applies = {
                 k: v for k, v in row.items() if not (mistake == "causal_everywhere" and k == "decoder")
             }
             assert min(applies.values()) > 0.05, (mistake, row)
-    assert n["causal_everywhere"]["decoder"] == 0.0  # the decoder is causal already
+    assert n["causal_everywhere"]["decoder"] < 1e-6  # the decoder is causal already: rounding only
 
 
 # ---------------------------------------------------------------- part B: the properties behind it
