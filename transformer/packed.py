@@ -6,8 +6,8 @@ every call; oneDNN's linear can take a weight laid out once (``torch.ops.mkldnn.
 what Inductor does for frozen CPU models) and then runs those products 1.5-3x faster at 4-64 rows, level at
 a few hundred (docs/benchmarks.md, 2-core AVX2 CPU). The translator packs for beam search only: on the 1000
 test sentences, each in a fresh process (``bench/decode_ab.py``), beam 4 ran 1.15x faster with every line
-the same, and greedy search 0.98x. Greedy was 1.09x only on a second pass in the same process, which
-suggests that oneDNN's first use of each new number of rows costs what the packing saves there.
+the same, and greedy search 0.94-1.00x (three A/B runs; single in-process timings had it up to 1.09x).
+Why greedy gains nothing there is not settled; oneDNN's first use of each new number of rows is a suspect.
 
 ``packed_decoder(model)`` packs the weights of that moment on entry and gives the layers back their own
 ``forward`` on exit, so a model still being trained (validation decodes it between updates) is never
