@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import DATA_DIR, needs_data
+from test_runtime import cpu_with
 
 import train
 from transformer.checkpoint import load_checkpoint
@@ -156,8 +157,7 @@ def test_fp16_with_grad_scaler_resumes_exactly(tmp_path, monkeypatch):
 
 @needs_data
 def test_bf16_training_on_a_cpu_without_bf16_instructions_says_so(tmp_path, monkeypatch, capsys):
-    for name in ("avx512_bf16", "amx_tile"):  # an AVX2 CPU
-        monkeypatch.setattr(torch.cpu, f"_is_{name}_supported", lambda: False)
+    cpu_with(monkeypatch)  # an AVX2 CPU
     one_step = ("train.precision=bf16", "train.max_steps=1", "eval.every_steps=0")
     assert run_train(tmp_path / "bf16", *one_step) == 0
     err = capsys.readouterr().err

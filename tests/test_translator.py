@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from test_decoding import BOS, EOS, random_model, random_sources
+from test_runtime import cpu_with
 
 from transformer.alignment import count_words, pharaoh, word_alignment, word_index
 from transformer.config import EvalConfig
@@ -182,12 +183,11 @@ def test_translator_from_parts_and_precision(translator):
 
 def test_a_precision_slower_than_fp32_on_this_cpu_is_said_once(translator, monkeypatch):
     parts, said = (translator.model, translator.tokenizer, translator.settings, "cpu"), []
-    for name in ("avx512_bf16", "amx_tile", "vnni"):  # an AVX2 CPU
-        monkeypatch.setattr(torch.cpu, f"_is_{name}_supported", lambda: False)
+    cpu_with(monkeypatch)  # an AVX2 CPU
     Translator(*parts, "bf16", warn=said.append)
     Translator(*parts, "fp32", warn=said.append)
     assert len(said) == 1 and said[0].startswith("--precision bf16: this CPU has no bf16 matrix instructions")
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    cpu_with(monkeypatch, "avx512_bf16")
     Translator(*parts, "bf16", warn=said.append)
     assert len(said) == 1
 
