@@ -1,9 +1,10 @@
 """Decoding speed of two checkouts side by side: did a change make decoding faster, with the same outputs?
 
 Each checkout decodes Multi30k test_2016_flickr (in the checkpoint's direction) with the same checkpoint and
-settings (its ``eval`` ones, fp32, the CPU) through ``Translator.translate``, in a fresh process of its own
-(its own code, nothing cached), the two in turn, ``--pairs`` times. On a shared machine the speed of the
-same code moves from one minute to the next; taking turns puts both checkouts through the same minutes.
+settings (its ``eval`` ones; ``--precision``, fp32 by default; the CPU) through ``Translator.translate``, in
+a fresh process of its own (its own code, nothing cached), the two in turn, ``--pairs`` times. On a shared
+machine the speed of the same code moves from one minute to the next; taking turns puts both checkouts
+through the same minutes.
 
     git worktree add /tmp/before COMMIT
     python bench/decode_ab.py /tmp/before . --checkpoint RUN/best.pt [--beam 4] [--pairs 4] [--limit N]
@@ -23,14 +24,14 @@ CHILD = """
 import hashlib, json, sys, time, warnings
 warnings.filterwarnings("ignore")
 tree, checkpoint, data_dir = sys.argv[1], sys.argv[2], sys.argv[4]
-beam, limit = int(sys.argv[3]), int(sys.argv[5])
+beam, limit, precision = int(sys.argv[3]), int(sys.argv[5]), sys.argv[6]
 sys.path.insert(0, tree)
 import dataclasses
 from transformer.checkpoint import load_for_inference
 from transformer.multi30k import load_multi30k
 from transformer.translator import Translator
 model, tokenizer, config = load_for_inference(checkpoint, "cpu")
-translator = Translator(model, tokenizer, dataclasses.replace(config.eval, beam_size=beam), "cpu", "fp32")
+translator = Translator(model, tokenizer, dataclasses.replace(config.eval, beam_size=beam), "cpu", precision)
 test = load_multi30k(config.data.src_lang, config.data.tgt_lang, data_dir or None)["test"]
 sources = test.src[:limit] if limit else test.src
 translator.translate(sources[:8])  # warm-up
@@ -50,6 +51,7 @@ def parse_args(argv=None):
     parser.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy)")
     parser.add_argument("--pairs", type=int, default=4, help="runs of each checkout, in turn")
     parser.add_argument("--limit", type=int, default=0, help="only the first N test sentences")
+    parser.add_argument("--precision", default="fp32", help="fp32 (default), bf16 or int8")
     parser.add_argument(
         "--data-dir", default="", help="Multi30k folder (default: $MULTI30K_DIR, else data/multi30k)"
     )
@@ -70,6 +72,7 @@ def decode_once(tree: Path, args) -> dict:
         str(args.beam),
         args.data_dir,
         str(args.limit),
+        args.precision,
     ]
     run = subprocess.run(command, capture_output=True, text=True, cwd=tree)
     if run.returncode != 0:
