@@ -89,3 +89,15 @@ def test_relu_dropout_equals_dropout_of_relu_and_keeps_one_byte_mask():
     assert (y == 0).float().mean() > 0.5  # the negatives and the dropped: both zero
     eval_x = torch.randn(8)
     assert torch.equal(relu_dropout(eval_x, 0.1, training=False), torch.relu(eval_x))
+
+
+def test_relu_dropout_when_decoding_overwrites_its_input_and_keeps_autograd_otherwise():
+    x = torch.randn(6, 32)
+    want = torch.relu(x)
+    with torch.no_grad():
+        y = relu_dropout(x, 0.1, training=False)
+    assert y.data_ptr() == x.data_ptr() and torch.equal(y, want)  # no new (B, T, d_ff) tensor
+    leaf = torch.randn(6, 32, requires_grad=True)
+    before = leaf.detach().clone()
+    relu_dropout(leaf * 1.0, 0.1, training=False).sum().backward()  # eval mode with autograd: not in place
+    assert torch.equal(leaf.detach(), before) and torch.equal(leaf.grad, (leaf > 0).float())

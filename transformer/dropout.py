@@ -24,7 +24,10 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
 
 def relu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """``dropout(relu(x), p)``, equal to it (the same random numbers), with one mask for both: what the
-    backward pass keeps is 1 byte an element, where ReLU alone would keep its output (4 bytes in fp32)."""
+    backward pass keeps is 1 byte an element, where ReLU alone would keep its output (4 bytes in fp32).
+    Without autograd (decoding) and without dropout, ``x`` is overwritten: no new (B, T, d_ff) tensor."""
+    if not training and not torch.is_grad_enabled():
+        return F.relu_(x)
     if not training or p == 0.0 or x.device.type != "cpu":
         return dropout(F.relu(x), p, training)
     kept, scale = _draw_kept(x, p)
