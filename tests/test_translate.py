@@ -1,6 +1,7 @@
 """translate.py: one output line per input line whatever the input, scores on stderr, alignment pictures,
 and one-line errors for bad checkpoints. Runs the tiny checkpoint trained once per session."""
 
+import gzip
 import io
 import os
 import subprocess
@@ -63,6 +64,9 @@ def test_arguments_stdin_and_file_give_the_same_lines_in_input_order(
     out_path = tmp_path / "out.en"
     assert run(base + ["--input", str(path), "--output", str(out_path)], capsys) == (0, [], "")
     assert out_path.read_text(encoding="utf-8") == "".join(line + "\n" for line in want)
+    gz = tmp_path / "input.de.gz"  # a gzip file is read decompressed, as the data files are
+    gz.write_bytes(gzip.compress(stdin))
+    assert run(base + ["--input", str(gz)], capsys) == (0, want, "")
 
 
 def test_blank_lines_give_empty_lines_without_running_the_model(tiny_checkpoint, capsys, monkeypatch):
@@ -221,8 +225,11 @@ def test_cli_end_to_end_keeps_every_line(tiny_checkpoint):
 
 def test_input_errors_are_one_line_errors(tiny_checkpoint, tmp_path, capsys):
     base = ["--checkpoint", str(tiny_checkpoint)]
+    broken_gz = tmp_path / "broken.de.gz"
+    broken_gz.write_bytes(gzip.compress(b"Ein Hund.\n")[:-6])  # cut short
     cases = {
         ("--input", str(tmp_path / "missing.de")): "cannot read --input",
+        ("--input", str(broken_gz)): "corrupted gzip file",
         ("--reference", "-"): "cannot both come from stdin",
         ("--output", str(tmp_path / "no" / "such" / "out.en"), "x"): "cannot write --output",
         ("--device", "tpu", "x"): "--device tpu",

@@ -3,8 +3,10 @@ with the project's one line policy (``corpus.split_lines``: split on "\\n" only,
 a warning naming the line), and output streams written and flushed line by line, in UTF-8.
 """
 
+import gzip
 import io
 import sys
+import zlib
 from pathlib import Path
 
 from transformer.corpus import split_lines
@@ -16,13 +18,19 @@ class InputError(RuntimeError):
 
 
 def read_text(path: str | None, what: str) -> tuple[list[str], str]:
-    """The lines of a file, or of stdin for None / '-'; and the name to use in messages."""
+    """The lines of a file (plain, or gzip if the name ends in `.gz`), or of stdin for None / '-'; and the
+    name to use in messages."""
     if path is None or path == "-":
         return split_lines(sys.stdin.buffer.read(), "<stdin>", warn), "<stdin>"
     try:
         data = Path(path).read_bytes()
     except OSError as error:
         raise InputError(f"cannot read {what} {path}: {error.strerror}") from None
+    if path.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError
+            raise InputError(f"cannot read {what} {path}: corrupted gzip file ({error})") from None
     return split_lines(data, path, warn), path
 
 
