@@ -99,7 +99,8 @@ def training_rows(figures: dict) -> list[tuple[str, str]]:
     for run in long["runs"]:
         rows.append((
             f"the long config, `make train CONFIG={long['config']} RUN_DIR=runs/multi30k_de_en_long` "
-            f"({budget(long['config'])}, {run['steps']} steps, commit `{run['commit']}`)",
+            f"({budget(long['config'])}, {run['steps']} steps, commit `{run['commit']}`"
+            + (f"; {run['recipe']})" if "recipe" in run else ")"),
             f"**test_2016_flickr BLEU {run['test_bleu']:.2f}** {run['decoding']}, "
             f"{run['test_bleu_greedy']:.2f} greedy (validation {run['best_val_bleu']:.2f})",
         ))  # fmt: skip
