@@ -2,6 +2,7 @@
 --max-tokens; decode_speed never trains behind the user's back and decodes an inference-only checkpoint made
 beforehand (``python -m transformer.interop.slim``) exactly as the training checkpoint it came from."""
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -9,12 +10,17 @@ import pytest
 import torch
 from conftest import DATA_DIR, needs_data
 
-from transformer.checkpoint import CheckpointError, load_checkpoint, load_for_inference
+from transformer.checkpoint import CheckpointError, load_checkpoint, load_for_inference, tokenizer_from_tensor
+from transformer.config import config_from_dict
 from transformer.interop.slim import main as slim_main
 from transformer.interop.slim import slim_checkpoint
+from transformer.model import build_model
+from transformer.multi30k import load_multi30k
+from transformer.translator import Translator
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
+import beam_sweep  # noqa: E402
 import decode_ab  # noqa: E402
 import decode_speed  # noqa: E402
 import train_throughput  # noqa: E402
@@ -146,3 +152,29 @@ def test_output_loss_ab_reads_a_commits_loss_from_git():
     got, expected = (fn(features, proj, tgt_out, 0, 0.1) for fn in (before, output_loss))
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(*(torch.autograd.grad(loss, features)[0] for loss in (got, expected)))
+
+
+@needs_data
+def test_beam_sweep_ranks_on_validation_and_tests_only_the_choice(tiny_checkpoint, capsys):
+    """Rows sorted by validation BLEU, each the BLEU that Translator.evaluate gives for that beam and α; test
+    BLEU on the first row only; greedy decoded once whatever the α."""
+    rows = beam_sweep.sweep(str(tiny_checkpoint), [1, 2], [0.0, 2.0], DATA_DIR, limit=40)
+    assert [(beam, alpha) for _, beam, alpha, _ in rows if beam == 1] == [(1, 0.0)] and len(rows) == 3
+    assert [val for val, *_ in rows] == sorted((val for val, *_ in rows), reverse=True)
+    assert rows[0][3] is not None and all(test is None for *_, test in rows[1:])
+    saved = load_checkpoint(tiny_checkpoint)
+    config, tokenizer = config_from_dict(saved["config"]), tokenizer_from_tensor(saved["tokenizer"])
+    model = build_model(config.model, tokenizer)
+    model.load_state_dict(saved["model"])
+    corpus = load_multi30k(config.data.src_lang, config.data.tgt_lang, DATA_DIR)
+    for val, beam, alpha, test in rows:
+        settings = dataclasses.replace(config.eval, beam_size=beam, length_penalty=alpha)
+        translator = Translator(model, tokenizer, settings, "cpu", "fp32")
+        for split, expected in (("validation", val), ("test", test)):
+            if expected is not None:
+                src_ids = tokenizer.encode_batch(corpus[split].src[:40])
+                assert translator.evaluate(src_ids, corpus[split].tgt[:40])[2]["bleu"] == expected
+    assert beam_sweep.main([str(tiny_checkpoint), "--beams", "2", "--alphas", "0", "1", "--data-dir",
+                            str(DATA_DIR), "--limit", "8"]) == 0  # fmt: skip
+    table = capsys.readouterr().out
+    assert table.count("| 2 |") + table.count("| **2** |") == 2 and table.count("**") == 6
