@@ -85,6 +85,15 @@ def main_job_row(runs: list[dict], what: str) -> tuple[str, str]:
     )
 
 
+def rescored(run: dict) -> str:
+    """The same checkpoint decoded again with a length penalty chosen later on validation, if it was."""
+    chosen = run.get("length_penalty_chosen")
+    if chosen is None:
+        return ""
+    return (f"; with α {chosen['alpha']} chosen on validation ({chosen['date']}, validation "
+            f"{chosen['val_bleu']:.2f} beam 4): **{chosen['test_bleu']:.2f}** beam 4")  # fmt: skip
+
+
 def training_rows(figures: dict) -> list[tuple[str, str]]:
     main, long = figures["main_job"], figures["long_config"]
     rows = [
@@ -102,7 +111,7 @@ def training_rows(figures: dict) -> list[tuple[str, str]]:
             f"({budget(long['config'])}, {run['steps']} steps, commit `{run['commit']}`"
             + (f"; {run['recipe']})" if "recipe" in run else ")"),
             f"**test_2016_flickr BLEU {run['test_bleu']:.2f}** {run['decoding']}, "
-            f"{run['test_bleu_greedy']:.2f} greedy (validation {run['best_val_bleu']:.2f})",
+            f"{run['test_bleu_greedy']:.2f} greedy (validation {run['best_val_bleu']:.2f})" + rescored(run),
         ))  # fmt: skip
     return rows
 
