@@ -4,13 +4,16 @@ penalty α = 0.6 ... chosen after experimentation on the development set").
     python bench/beam_sweep.py CHECKPOINT [--beams 4] [--alphas 0 0.3 0.6 1.0 1.5] [--limit N]
 
 Decodes the validation set with every (beam, α) for a trained checkpoint (the run's tokenizer and eval
-settings) and prints a markdown table, best validation BLEU first. Test BLEU is printed for the best row only,
-so that the table cannot be read as a choice made on the test set.
+settings) and prints a markdown table, best validation BLEU first, with sacreBLEU's length ratio (the
+hypotheses' words ÷ the references'; below 1 costs BLEU's brevity penalty). Test BLEU is printed for the
+best row only, so that the table cannot be read as a choice made on the test set.
 """
 
 import argparse
 import dataclasses
 import sys
+
+import sacrebleu
 
 from transformer.checkpoint import load_checkpoint, tokenizer_from_tensor
 from transformer.config import config_from_dict
@@ -18,12 +21,13 @@ from transformer.model import build_model
 from transformer.multi30k import load_multi30k
 from transformer.translator import Translator
 
+Row = tuple[float, int, float, float, float | None]  # validation BLEU, beam, α, length ratio, test BLEU
 
-def sweep(
-    checkpoint: str, beams, alphas, data_dir=None, limit=None
-) -> list[tuple[float, int, float, float | None]]:
-    """(validation BLEU, beam, α, test BLEU or None) for every setting, best validation first; test BLEU
-    for the first row only. Beam 1 (greedy) ignores α and is decoded once, as α 0."""
+
+def sweep(checkpoint: str, beams, alphas, data_dir=None, limit=None) -> list[Row]:
+    """(validation BLEU, beam, α, validation length ratio, test BLEU or None) for every setting, best
+    validation first; test BLEU for the first row only. Beam 1 (greedy) ignores α and is decoded once, as
+    α 0."""
     saved = load_checkpoint(checkpoint)
     config, tokenizer = config_from_dict(saved["config"]), tokenizer_from_tensor(saved["tokenizer"])
     model = build_model(config.model, tokenizer)
@@ -31,20 +35,23 @@ def sweep(
     corpus = load_multi30k(config.data.src_lang, config.data.tgt_lang, data_dir)
     splits = {name: (corpus[name].src[:limit], corpus[name].tgt[:limit]) for name in ("validation", "test")}
 
-    def bleu(split: str, beam: int, alpha: float) -> float:
+    def bleu(split: str, beam: int, alpha: float) -> tuple[float, float]:
+        """(BLEU, length ratio) of ``split`` decoded with this beam and α."""
         settings = dataclasses.replace(config.eval, beam_size=beam, length_penalty=alpha)
         translator = Translator(model, tokenizer, settings, "cpu", "fp32")
         src, references = splits[split]
-        return translator.evaluate(tokenizer.encode_batch(src), references)[2]["bleu"]
+        _, hypotheses, scores = translator.evaluate(tokenizer.encode_batch(src), references)
+        return scores["bleu"], sacrebleu.corpus_bleu(hypotheses, [references]).ratio
 
     settings = sorted({(beam, alpha if beam > 1 else 0.0) for beam in beams for alpha in alphas})
     rows = []
     for beam, alpha in settings:
-        rows.append((bleu("validation", beam, alpha), beam, alpha, None))
-        print(f"beam {beam}, α {alpha}: validation {rows[-1][0]:.2f}", file=sys.stderr, flush=True)
+        val, ratio = bleu("validation", beam, alpha)
+        rows.append((val, beam, alpha, ratio, None))
+        print(f"beam {beam}, α {alpha}: validation {val:.2f}", file=sys.stderr, flush=True)
     rows.sort(key=lambda row: -row[0])
-    best_val, best_beam, best_alpha, _ = rows[0]
-    rows[0] = (best_val, best_beam, best_alpha, bleu("test", best_beam, best_alpha))
+    best_val, best_beam, best_alpha, best_ratio, _ = rows[0]
+    rows[0] = (best_val, best_beam, best_alpha, best_ratio, bleu("test", best_beam, best_alpha)[0])
     return rows
 
 
@@ -58,12 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = sweep(args.checkpoint, args.beams, args.alphas, args.data_dir, args.limit)
     print(f"{args.checkpoint}: validation BLEU by beam and α, best first\n")
-    print("| beam | α | validation BLEU | test BLEU |\n| --- | --- | --- | --- |")
-    for val, beam, alpha, test in rows:
+    print("| beam | α | validation BLEU | length ratio | test BLEU |\n| --- | --- | --- | --- | --- |")
+    for val, beam, alpha, ratio, test in rows:
         if test is None:
-            print(f"| {beam} | {alpha} | {val:.2f} | |")
+            print(f"| {beam} | {alpha} | {val:.2f} | {ratio:.3f} | |")
         else:
-            print(f"| **{beam}** | **{alpha}** | **{val:.2f}** | {test:.2f} |")
+            print(f"| **{beam}** | **{alpha}** | **{val:.2f}** | {ratio:.3f} | {test:.2f} |")
     return 0
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import sacrebleu
 import torch
 from conftest import DATA_DIR, needs_data
 
@@ -155,25 +156,39 @@ def test_output_loss_ab_reads_a_commits_loss_from_git():
 
 
 @needs_data
-def test_beam_sweep_ranks_on_validation_and_tests_only_the_choice(tiny_checkpoint, capsys):
-    """Rows sorted by validation BLEU, each the BLEU that Translator.evaluate gives for that beam and α; test
-    BLEU on the first row only; greedy decoded once whatever the α."""
-    rows = beam_sweep.sweep(str(tiny_checkpoint), [1, 2], [0.0, 2.0], DATA_DIR, limit=40)
-    assert [(beam, alpha) for _, beam, alpha, _ in rows if beam == 1] == [(1, 0.0)] and len(rows) == 3
-    assert [val for val, *_ in rows] == sorted((val for val, *_ in rows), reverse=True)
-    assert rows[0][3] is not None and all(test is None for *_, test in rows[1:])
+def test_beam_sweep_ranks_on_validation_and_tests_only_the_choice(tiny_checkpoint, capsys, monkeypatch):
+    """Rows sorted by validation BLEU, each the BLEU and length ratio that Translator.evaluate gives for that
+    beam and α; the test set decoded once, for the first row; greedy decoded once whatever the α."""
     saved = load_checkpoint(tiny_checkpoint)
     config, tokenizer = config_from_dict(saved["config"]), tokenizer_from_tensor(saved["tokenizer"])
+    corpus = load_multi30k(config.data.src_lang, config.data.tgt_lang, DATA_DIR)
+    first_reference = {corpus[split].tgt[0]: split for split in ("validation", "test")}
+    decoded, evaluate = [], Translator.evaluate  # the split of every decoding, in order
+
+    def spy(self, src_ids, refs):
+        decoded.append(first_reference[refs[0]])
+        return evaluate(self, src_ids, refs)
+
+    monkeypatch.setattr(Translator, "evaluate", spy)
+    rows = beam_sweep.sweep(str(tiny_checkpoint), [1, 2], [0.0, 2.0], DATA_DIR, limit=40)
+    monkeypatch.undo()
+    assert decoded == ["validation"] * 3 + ["test"]  # greedy once, beam 2 twice; the choice on test
+    assert [(beam, alpha) for _, beam, alpha, *_ in rows if beam == 1] == [(1, 0.0)] and len(rows) == 3
+    assert len({val for val, *_ in rows}) > 1  # else the order below checks nothing
+    assert [val for val, *_ in rows] == sorted((val for val, *_ in rows), reverse=True)
+    assert rows[0][4] is not None and all(test is None for *_, test in rows[1:])
     model = build_model(config.model, tokenizer)
     model.load_state_dict(saved["model"])
-    corpus = load_multi30k(config.data.src_lang, config.data.tgt_lang, DATA_DIR)
-    for val, beam, alpha, test in rows:
+    for val, beam, alpha, ratio, test in rows:
         settings = dataclasses.replace(config.eval, beam_size=beam, length_penalty=alpha)
         translator = Translator(model, tokenizer, settings, "cpu", "fp32")
         for split, expected in (("validation", val), ("test", test)):
             if expected is not None:
-                src_ids = tokenizer.encode_batch(corpus[split].src[:40])
-                assert translator.evaluate(src_ids, corpus[split].tgt[:40])[2]["bleu"] == expected
+                src_ids, refs = tokenizer.encode_batch(corpus[split].src[:40]), corpus[split].tgt[:40]
+                _, hyps, scores = translator.evaluate(src_ids, refs)
+                assert scores["bleu"] == expected
+                if split == "validation":
+                    assert sacrebleu.corpus_bleu(hyps, [refs]).ratio == ratio
     assert beam_sweep.main([str(tiny_checkpoint), "--beams", "2", "--alphas", "0", "1", "--data-dir",
                             str(DATA_DIR), "--limit", "8"]) == 0  # fmt: skip
     table = capsys.readouterr().out
