@@ -86,10 +86,10 @@ def main_job_row(runs: list[dict], what: str) -> tuple[str, str]:
 
 
 def beam4(runs: list[dict]) -> str:
-    """"beam 4 (α A)": the length penalty the runs' beam-4 figures were decoded with (0.6, the paper's, for
-    runs recorded before the configs chose their own on validation)."""
-    alphas = " / ".join(dict.fromkeys(f"{run.get('length_penalty', 0.6):g}" for run in runs))
-    return f"beam 4 (α {alphas})"
+    """The label "beam 4 (α A)": the length penalty the runs' beam-4 figures were decoded with (0.6, the
+    paper's, for runs recorded before the configs chose their own on validation), per run if they differ."""
+    alphas = [f"{run.get('length_penalty', 0.6):g}" for run in runs]
+    return f"beam 4 (α {alphas[0] if len(set(alphas)) == 1 else ' / '.join(alphas)})"
 
 
 def rescored(run: dict) -> str:
