@@ -13,11 +13,7 @@ import argparse
 import dataclasses
 import sys
 
-import sacrebleu
-
-from transformer.checkpoint import load_checkpoint, tokenizer_from_tensor
-from transformer.config import config_from_dict
-from transformer.model import build_model
+from transformer.checkpoint import load_for_inference
 from transformer.multi30k import load_multi30k
 from transformer.translator import Translator
 
@@ -28,10 +24,7 @@ def sweep(checkpoint: str, beams, alphas, data_dir=None, limit=None) -> list[Row
     """(validation BLEU, beam, α, validation length ratio, test BLEU or None) for every setting, best
     validation first; test BLEU for the first row only. Beam 1 (greedy) ignores α and is decoded once, as
     α 0."""
-    saved = load_checkpoint(checkpoint)
-    config, tokenizer = config_from_dict(saved["config"]), tokenizer_from_tensor(saved["tokenizer"])
-    model = build_model(config.model, tokenizer)
-    model.load_state_dict(saved["model"])
+    model, tokenizer, config = load_for_inference(checkpoint)
     corpus = load_multi30k(config.data.src_lang, config.data.tgt_lang, data_dir)
     splits = {name: (corpus[name].src[:limit], corpus[name].tgt[:limit]) for name in ("validation", "test")}
 
@@ -40,8 +33,8 @@ def sweep(checkpoint: str, beams, alphas, data_dir=None, limit=None) -> list[Row
         settings = dataclasses.replace(config.eval, beam_size=beam, length_penalty=alpha)
         translator = Translator(model, tokenizer, settings, "cpu", "fp32")
         src, references = splits[split]
-        _, hypotheses, scores = translator.evaluate(tokenizer.encode_batch(src), references)
-        return scores["bleu"], sacrebleu.corpus_bleu(hypotheses, [references]).ratio
+        scores = translator.evaluate(tokenizer.encode_batch(src), references)[2]
+        return scores["bleu"], scores["length_ratio"]
 
     settings = sorted({(beam, alpha if beam > 1 else 0.0) for beam in beams for alpha in alphas})
     rows = []

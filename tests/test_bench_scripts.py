@@ -11,11 +11,9 @@ import sacrebleu
 import torch
 from conftest import DATA_DIR, needs_data
 
-from transformer.checkpoint import CheckpointError, load_checkpoint, load_for_inference, tokenizer_from_tensor
-from transformer.config import config_from_dict
+from transformer.checkpoint import CheckpointError, load_checkpoint, load_for_inference
 from transformer.interop.slim import main as slim_main
 from transformer.interop.slim import slim_checkpoint
-from transformer.model import build_model
 from transformer.multi30k import load_multi30k
 from transformer.translator import Translator
 
@@ -159,8 +157,7 @@ def test_output_loss_ab_reads_a_commits_loss_from_git():
 def test_beam_sweep_ranks_on_validation_and_tests_only_the_choice(tiny_checkpoint, capsys, monkeypatch):
     """Rows sorted by validation BLEU, each the BLEU and length ratio that Translator.evaluate gives for that
     beam and α; the test set decoded once, for the first row; greedy decoded once whatever the α."""
-    saved = load_checkpoint(tiny_checkpoint)
-    config, tokenizer = config_from_dict(saved["config"]), tokenizer_from_tensor(saved["tokenizer"])
+    model, tokenizer, config = load_for_inference(tiny_checkpoint)
     corpus = load_multi30k(config.data.src_lang, config.data.tgt_lang, DATA_DIR)
     first_reference = {corpus[split].tgt[0]: split for split in ("validation", "test")}
     decoded, evaluate = [], Translator.evaluate  # the split of every decoding, in order
@@ -177,8 +174,6 @@ def test_beam_sweep_ranks_on_validation_and_tests_only_the_choice(tiny_checkpoin
     assert len({val for val, *_ in rows}) > 1  # else the order below checks nothing
     assert [val for val, *_ in rows] == sorted((val for val, *_ in rows), reverse=True)
     assert rows[0][4] is not None and all(test is None for *_, test in rows[1:])
-    model = build_model(config.model, tokenizer)
-    model.load_state_dict(saved["model"])
     for val, beam, alpha, ratio, test in rows:
         settings = dataclasses.replace(config.eval, beam_size=beam, length_penalty=alpha)
         translator = Translator(model, tokenizer, settings, "cpu", "fp32")

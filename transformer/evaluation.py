@@ -32,12 +32,14 @@ def evaluate_loss(model: Transformer, batches: Iterable[Batch], device, autocast
 
 
 def bleu_chrf(hypotheses: list[str], references: list[str]) -> dict[str, float | str]:
-    """Corpus BLEU and chrF with sacreBLEU's defaults (13a tokenization, cased)."""
+    """Corpus BLEU and chrF with sacreBLEU's defaults (13a tokenization, cased), and BLEU's length ratio
+    (the hypotheses' words ÷ the references'; below 1 costs the brevity penalty)."""
     bleu = sacrebleu.metrics.BLEU()
     chrf = sacrebleu.metrics.CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])
     return {
         "bleu": bleu_score.score,
+        "length_ratio": bleu_score.ratio,
         "chrf": chrf.corpus_score(hypotheses, [references]).score,
         "signature": str(bleu.get_signature()),
     }
