@@ -5,6 +5,7 @@ beforehand (``python -m transformer.interop.slim``) exactly as the training chec
 import dataclasses
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import sacrebleu
@@ -19,6 +20,7 @@ from transformer.translator import Translator
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
+import beam_profile  # noqa: E402
 import beam_sweep  # noqa: E402
 import decode_ab  # noqa: E402
 import decode_speed  # noqa: E402
@@ -188,3 +190,36 @@ def test_beam_sweep_ranks_on_validation_and_tests_only_the_choice(tiny_checkpoin
                             str(DATA_DIR), "--limit", "8"]) == 0  # fmt: skip
     table = capsys.readouterr().out
     assert table.count("| 2 |") + table.count("| **2** |") == 2 and table.count("**") == 6
+
+
+def test_beam_profile_reads_each_product_as_rows_in_out_and_sums_its_gflop():
+    """The two recorded layouts: oneDNN's (x (..., in), weight (out, in)) and addmm's (bias, x, weight.T)."""
+    packed = ("mkldnn::_linear_pointwise", [[128, 1, 256], [8000, 256], [8000], [], [], []])
+    addmm = ("aten::addmm", [[1024], [3990, 256], [256, 1024]])
+    assert beam_profile.product_shape(*packed) == (128, 256, 8000)
+    assert beam_profile.product_shape(*addmm) == (3990, 256, 1024)
+    assert beam_profile.product_shape("aten::bmm", [[8, 1, 64], [8, 64, 9]]) is None
+
+    def event(key, shapes, count, self_ms):
+        return SimpleNamespace(key=key, input_shapes=shapes, count=count, self_cpu_time_total=self_ms * 1e3)
+
+    events = [event(*packed, 10, 50.0), event(*addmm, 3, 20.0), event(*addmm, 1, 5.0),
+              event("aten::index_select", [[4, 4, 7, 64]], 6, 30.0)]  # fmt: skip
+    rows = beam_profile.grouped(events, vocab_size=8000)
+    assert [label for label, *_ in rows] == [
+        "mkldnn::_linear_pointwise (the output layer)",
+        "aten::index_select",
+        "aten::addmm (weight 256→1024)",
+    ]  # most time first; addmm's two shapes of one weight in one row
+    (_, calls, ms, gflop), (_, _, _, no_gflop), (_, addmm_calls, addmm_ms, addmm_gflop) = rows
+    assert (calls, ms, no_gflop) == (10, 50.0, 0.0)
+    assert gflop == pytest.approx(10 * 2 * 128 * 256 * 8000 / 1e9)
+    assert (addmm_calls, addmm_ms) == (4, 25.0)
+    assert addmm_gflop == pytest.approx(4 * 2 * 3990 * 256 * 1024 / 1e9)
+
+
+def test_beam_profile_runs_and_finds_the_output_layer(tiny_checkpoint, capsys):
+    argv = [str(tiny_checkpoint), "--data-dir", str(DATA_DIR), "--limit", "70", "--beam", "2", "--top", "40"]
+    assert beam_profile.main(argv) == 0  # 70 >= WORTH_PACKING sentences: the packed decoder's products
+    out = capsys.readouterr().out
+    assert "70 sentences, beam 2:" in out and "`mkldnn::_linear_pointwise (the output layer)`" in out
