@@ -21,8 +21,6 @@ from transformer.checkpoint import load_for_inference
 from transformer.multi30k import load_multi30k
 from transformer.translator import Translator
 
-PRODUCTS = {"mkldnn::_linear_pointwise", "aten::addmm", "aten::mm"}  # packed (decoder) and F.linear's
-
 
 def product_shape(name: str, shapes: list[list[int]]) -> tuple[int, int, int] | None:
     """(rows, in, out) of one recorded product, or None: _linear_pointwise(x (..., in), weight (out, in),
@@ -40,7 +38,7 @@ def grouped(events, vocab_size: int) -> list[tuple[str, int, float, float]]:
     groups = collections.defaultdict(lambda: [0, 0.0, 0.0])  # calls, self ms, GFLOP
     for event in events:
         label, shape = event.key, product_shape(event.key, event.input_shapes or [])
-        if event.key in PRODUCTS and shape is not None:
+        if shape is not None:  # a product: packed (the decoder's) or F.linear's
             rows, n_in, n_out = shape
             role = "the output layer" if n_out == vocab_size else f"weight {n_in}→{n_out}"
             label = f"{event.key} ({role})"
