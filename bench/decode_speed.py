@@ -14,15 +14,15 @@ refuses, unless ``--train-minutes N`` asks it to train one first with train.py (
 
 Last line: speedup_cache=<cached greedy sentences/s ÷ uncached greedy sentences/s>.
 
-``--compare`` measures instead our decoding against the inference engines users deploy with: the
-checkpoint is exported (``transformer.interop.marian.export``) to a transformers folder and a
-CTranslate2 model, and the same sentences in the same length-sorted batches are decoded greedily by ours
-in fp32, int8 (``--precision int8``: torchao int8 linear layers) and bf16 (autocast), by
-``MarianMTModel.generate(num_beams=1)`` and by ``ctranslate2.Translator.translate_batch(beam_size=1)`` in
-fp32 and int8; then with ``--beam`` beams (default 4) by ours, ``generate(num_beams=4)`` and CTranslate2
-fp32, each with the length penalty α of ``--length-penalty`` (default 0.6; ours is GNMT's
-((5 + length) / 6)^α, theirs length^α: the same α, not the same formula, so their beams may pick other
-lines). Per engine:
+``--compare`` measures instead our decoding against the inference engines users deploy with: the checkpoint is
+exported (``transformer.interop.marian.export``) to a transformers folder and a CTranslate2 model, and the
+same sentences in the same length-sorted batches are decoded greedily by ours in fp32, int8 (``--precision
+int8``: torchao int8 linear layers) and bf16 (autocast), by ``generate(num_beams=1)`` (of ``MarianMTModel``,
+or ``PegasusForConditionalGeneration`` for a pre-norm model) and by
+``ctranslate2.Translator.translate_batch(beam_size=1)`` in fp32 and int8; then with ``--beam`` beams (default
+4) by ours, ``generate(num_beams=4)`` and CTranslate2 fp32, each with the length penalty α of
+``--length-penalty`` (default 0.6; ours is GNMT's ((5 + length) / 6)^α, theirs length^α: the same α, not the
+same formula, so their beams may pick other lines). Per engine:
 sentences/s, BLEU and how many lines differ from ours (token ids compared; the same detokenizer for all).
 Lengths: ours stops each sentence at source length + ``eval.max_len_offset``; generate() and CTranslate2
 take one limit per call, so each batch gets its largest sentence limit L (``max_length=1 + L`` /
@@ -228,12 +228,12 @@ def load_engines(model, tokenizer, settings, checkpoint, export_dir: Path, devic
     (the last two on the CPU), the checkpoint exported to transformers and CTranslate2 (fp32, int8), each
     greedy; then ours, generate() and CTranslate2 fp32 with ``beam`` beams."""
     import ctranslate2
-    import transformers
 
     from transformer.interop.marian import export
+    from transformer.interop.released import load_pretrained
 
     export(checkpoint, export_dir / "hf", export_dir / "ct2")
-    hf_model = transformers.MarianMTModel.from_pretrained(export_dir / "hf").to(device).eval()
+    hf_model = load_pretrained(export_dir / "hf")[0].to(device).eval()  # Marian, or Pegasus if pre-norm
     cpu = not device.startswith("cuda")
     threads = {"intra_threads": torch.get_num_threads()} if cpu else {}
     path, ct2_device = str(export_dir / "ct2"), "cpu" if cpu else "cuda"

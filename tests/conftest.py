@@ -49,3 +49,17 @@ def tiny_checkpoint(tmp_path_factory, multi30k_dir) -> Path:
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, f"tiny training failed:\n{done.stderr[-3000:]}"
     return run_dir / "best.pt"
+
+
+def as_pre_norm(checkpoint: Path, path: Path) -> Path:
+    """The checkpoint made pre-norm (``model.norm_first: true``) with seeded final LayerNorms off 1 / 0:
+    the same trained layers, another function, for the exports of pre-norm models."""
+    state = torch.load(checkpoint, weights_only=True)
+    state["config"]["model"]["norm_first"] = True
+    D = state["model"]["encoder.layers.0.ffn_norm.weight"].numel()
+    g = torch.Generator().manual_seed(3)
+    for stack in ("encoder", "decoder"):
+        state["model"][f"{stack}.final_norm.weight"] = 1.0 + 0.2 * torch.randn(D, generator=g)  # (D,)
+        state["model"][f"{stack}.final_norm.bias"] = 0.2 * torch.randn(D, generator=g)  # (D,)
+    torch.save(state, path)
+    return path

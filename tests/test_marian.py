@@ -21,24 +21,27 @@ V, PAD, EOS = 40, 39, 0  # Marian's layout: EOS 0, PAD last, the decoder starts 
 
 
 def random_marian(
-    seed: int = 0, dtype=torch.float64, activation: str = "swish", scale: bool = True, **config
+    seed: int = 0, dtype=torch.float64, activation: str = "swish", scale: bool = True, pegasus=False, **config
 ):
-    """A small MarianMTModel with every weight random: LayerNorms off 1 / 0, a random final_logits_bias."""
+    """A small MarianMTModel with every weight random: LayerNorms off 1 / 0, a random final_logits_bias;
+    ``pegasus``: the same as a PegasusForConditionalGeneration (pre-norm, a final LayerNorm per stack)."""
     values = dict(
         vocab_size=V, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
         decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
         pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=PAD, forced_eos_token_id=None,
         activation_function=activation, scale_embedding=scale,
     )  # fmt: skip
-    hf_config = transformers.MarianConfig(**(values | config))
+    name = "Pegasus" if pegasus else "Marian"
+    hf_config = getattr(transformers, f"{name}Config")(**(values | config))
     hf_config._attn_implementation = "eager"  # weights come back through the hooks
     torch.manual_seed(seed)
-    hf_model = transformers.MarianMTModel(hf_config).to(dtype).eval()
+    model_class = transformers.PegasusForConditionalGeneration if pegasus else transformers.MarianMTModel
+    hf_model = model_class(hf_config).to(dtype).eval()
     with torch.no_grad():
         for name, parameter in hf_model.named_parameters():
             if "embed_positions" in name:
                 continue
-            offset = 1.0 if name.endswith("layer_norm.weight") else 0.0
+            offset = 1.0 if name.endswith("layer_norm.weight") else 0.0  # also Pegasus' final layer_norm
             parameter.copy_(offset + 0.4 * torch.randn_like(parameter))
         hf_model.final_logits_bias.normal_()
     return hf_model
@@ -58,7 +61,7 @@ def relative(ours: torch.Tensor, theirs: torch.Tensor) -> float:
     return ((ours - theirs).abs().max() / theirs.abs().max()).item()
 
 
-VARIANTS = [("swish", True), ("relu", False), ("gelu", True)]
+VARIANTS = [("swish", True, False), ("relu", False, False), ("gelu", True, False), ("relu", True, True)]
 
 
 def block_outputs(model, modules: dict[str, torch.nn.Module], run) -> dict[str, tuple]:
@@ -87,9 +90,10 @@ def attention_blocks(ours: Transformer, hf_model) -> tuple[dict, dict]:
 
 
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
-@pytest.mark.parametrize("activation, scale", VARIANTS)
-def test_every_attention_block_matches_marian(dtype, tolerance, activation, scale):
-    hf_model = random_marian(0, dtype, activation, scale)
+@pytest.mark.parametrize("activation, scale, pegasus", VARIANTS)
+def test_every_attention_block_matches_marian(dtype, tolerance, activation, scale, pegasus):
+    hf_model = random_marian(0, dtype, activation, scale, pegasus)
+    assert from_marian(hf_model).config.norm_first == pegasus
     ours = from_marian(hf_model)
     src = sources()
     tgt_in = torch.cat([torch.full((4, 1), PAD), sources(2, S=6)[:, :5].clamp(max=PAD - 1)], dim=1)  # (B, 6)
@@ -127,10 +131,11 @@ def test_greedy_equals_generate():
     assert 0 < ends < len(limits)  # both endings are checked
 
 
-@pytest.mark.parametrize("activation, scale", VARIANTS)
-def test_round_trip_is_exact(activation, scale):
-    hf_model = random_marian(5, torch.float32, activation, scale)
+@pytest.mark.parametrize("activation, scale, pegasus", VARIANTS)
+def test_round_trip_is_exact(activation, scale, pegasus):
+    hf_model = random_marian(5, torch.float32, activation, scale, pegasus)
     back = to_marian(from_marian(hf_model))
+    assert type(back) is type(hf_model)
     want, got = hf_model.state_dict(), back.state_dict()
     assert got.keys() == want.keys()
     for key in want:
@@ -150,17 +155,20 @@ def test_unshared_vocabularies_round_trip():
     assert all(torch.equal(back[key], value) for key, value in hf_model.state_dict().items())
 
 
-@pytest.mark.parametrize("activation", ["relu", "swish"])
-def test_our_interleaved_model_exports_as_the_same_function(activation):
-    """to_marian reorders the features of an interleaved model; logits and greedy output stay the same."""
+@pytest.mark.parametrize("activation, pre_norm", [("relu", False), ("swish", False), ("relu", True)])
+def test_our_interleaved_model_exports_as_the_same_function(activation, pre_norm):
+    """to_marian reorders the features of an interleaved model; logits and greedy output stay the same.
+    A pre-norm model becomes a Pegasus one."""
     torch.manual_seed(7)
     config = ModelConfig(d_model=16, n_heads=4, d_ff=32, n_encoder_layers=2, n_decoder_layers=2,
-                         max_positions=64, activation=activation, output_bias=True)  # fmt: skip
+                         max_positions=64, activation=activation, output_bias=True,
+                         norm_first=pre_norm)  # fmt: skip
     ours = Transformer(config, V, V, pad_id=0, bos_id=2, eos_id=3).double().eval()
     with torch.no_grad():
         for parameter in ours.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
     hf_model = to_marian(ours)  # our ids: pad 0, bos 2, eos 3; starts from BOS
+    assert hf_model.config.model_type == ("pegasus" if pre_norm else "marian")
     src = sources(8).masked_fill(sources(8) == PAD, 0).masked_fill(sources(8) == EOS, 3)
     tgt_in = torch.cat([torch.full((4, 1), 2), torch.randint(4, V, (4, 5))], dim=1)
     logits = hf_model(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt_in).logits
@@ -208,15 +216,29 @@ def test_special_ids_that_cannot_work_are_a_marian_error():
     assert "\n" not in str(error.value)
 
 
-def test_learned_positions_and_pre_norm_are_refused():
-    hf_model = random_marian(10, torch.float32)
+@pytest.mark.parametrize("pegasus", [False, True])
+def test_learned_positions_are_refused(pegasus):
+    hf_model = random_marian(10, torch.float32, pegasus=pegasus)
     with torch.no_grad():
         hf_model.model.decoder.embed_positions.weight.normal_()
     with pytest.raises(MarianError, match="decoder.embed_positions"):
         from_marian(hf_model)
-    pre_norm = Transformer(ModelConfig(d_model=16, n_heads=4, d_ff=32, norm_first=True), V, V, 0, 2, 3)
-    with pytest.raises(MarianError, match="norm_first"):
-        to_marian(pre_norm)
+
+
+def test_pre_norm_with_separate_vocabularies_is_refused():
+    """Pegasus has one vocabulary: a pre-norm model with three embeddings has no transformers form."""
+    config = ModelConfig(d_model=16, n_heads=4, d_ff=32, norm_first=True, share_embeddings=False)
+    with pytest.raises(MarianError, match="norm_first=True with model.share_embeddings=False") as error:
+        to_marian(Transformer(config, V, V + 2, 0, 2, 3))
+    assert "\n" not in str(error.value)
+    to_marian(Transformer(dataclasses.replace(config, share_embeddings=True), V, V, 0, 2, 3))
+
+
+def test_other_model_types_are_refused_by_name():
+    hf_model = random_marian(10, torch.float32)
+    hf_model.config.model_type = "bart"
+    with pytest.raises(MarianError, match="model_type='bart' is not a Marian model"):
+        from_marian(hf_model)
 
 
 @pytest.mark.parametrize(
@@ -317,18 +339,25 @@ def with_eos_bias(checkpoint, path, eos_bias: float):
     return path
 
 
-@pytest.mark.parametrize("eos_bias", [None, 2.25])
-def test_export_decodes_as_our_greedy_in_transformers_and_ctranslate2(tiny_checkpoint, tmp_path, eos_bias):
+@pytest.mark.parametrize("eos_bias, pre_norm", [(None, False), (2.25, False), (None, True)])
+def test_export_decodes_as_our_greedy_in_transformers_and_ctranslate2(
+    tiny_checkpoint, tmp_path, eos_bias, pre_norm
+):
+    """Post-norm exports as MarianMTModel, pre-norm as PegasusForConditionalGeneration (the Auto class
+    reads which from config.json); both with the Marian tokenizer and the CTranslate2 model."""
     ctranslate2 = pytest.importorskip("ctranslate2")
-    from conftest import DATA_DIR
+    from conftest import DATA_DIR, as_pre_norm
 
     from transformer.checkpoint import load_for_inference
 
     if eos_bias is not None:
         tiny_checkpoint = with_eos_bias(tiny_checkpoint, tmp_path / "biased.pt", eos_bias)
+    if pre_norm:
+        tiny_checkpoint = as_pre_norm(tiny_checkpoint, tmp_path / "pre_norm.pt")
     model, tokenizer, config = load_for_inference(tiny_checkpoint)
     assert main(["export", str(tiny_checkpoint), str(tmp_path / "hf"), "--ct2", str(tmp_path / "ct2")]) == 0
-    hf_model = transformers.MarianMTModel.from_pretrained(tmp_path / "hf").eval()
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf").eval()
+    assert type(hf_model).__name__ == ("PegasusForConditionalGeneration" if pre_norm else "MarianMTModel")
     hf_tokenizer = transformers.MarianTokenizer.from_pretrained(tmp_path / "hf")
     settings = hf_model.generation_config  # our greedy: start from BOS, never PAD or BOS, no forced EOS
     assert (settings.decoder_start_token_id, settings.pad_token_id, settings.eos_token_id) == (2, 0, 3)

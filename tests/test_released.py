@@ -5,7 +5,7 @@ import gzip
 
 import pytest
 import torch
-from conftest import DATA_DIR
+from conftest import DATA_DIR, as_pre_norm
 
 import translate
 from transformer.checkpoint import load_for_inference
@@ -21,9 +21,15 @@ def first_lines(n: int = 12) -> list[str]:
         return [next(f).rstrip("\n") for _ in range(n)]
 
 
-def test_an_exported_folder_translates_scores_and_aligns_as_the_checkpoint(tiny_checkpoint, tmp_path):
-    """Our checkpoint -> a Marian folder -> back through from_marian and the MarianTokenizer: the same
-    translations (greedy and beam), the same reference scores, the same attention."""
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_an_exported_folder_translates_scores_and_aligns_as_the_checkpoint(
+    tiny_checkpoint, tmp_path, pre_norm
+):
+    """Our checkpoint -> a Marian folder (a Pegasus one if pre-norm) -> back through from_marian and the
+    MarianTokenizer: the same translations (greedy and beam), the same reference scores, the same
+    attention."""
+    if pre_norm:
+        tiny_checkpoint = as_pre_norm(tiny_checkpoint, tmp_path / "pre_norm.pt")
     assert marian_main(["export", str(tiny_checkpoint), str(tmp_path / "hf")]) == 0
     ours = Translator.from_checkpoint(tiny_checkpoint)
     # a Marian folder carries no decoding settings: give it the checkpoint's length limit
@@ -91,3 +97,7 @@ def test_translate_py_on_a_released_folder_and_hf_names_offline(
     assert "Helsinki-NLP/opus-mt-xx-yy" in err and "folder" in err
     assert translate.main(["--checkpoint", str(tmp_path), line]) == 1  # a folder that is not a model
     assert "is not a Marian model folder" in capsys.readouterr().err
+    transformers.BertConfig(vocab_size=8).save_pretrained(tmp_path / "bert")  # a model, not Marian's
+    assert translate.main(["--checkpoint", str(tmp_path / "bert"), line]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model_type='bert' is not a Marian model (expected marian or" in err

@@ -1,7 +1,8 @@
 """Other people's models and formats, out of the reading path of the model itself:
 
 - ``marian.py``: Hugging Face Marian (opus-mt) models in (``from_marian``) and ours out (``to_marian``,
-  ``export``: a transformers folder and a CTranslate2 model);
+  ``export``: a transformers folder and a CTranslate2 model); pre-norm ones as Pegasus, Marian's pre-norm
+  twin;
 - ``released.py``: a released Marian folder or ``hf:NAME`` run by our code with its own tokenizer;
 - ``slim.py``: an inference-only checkpoint (config, weights, tokenizer), optionally in bf16.
 """

@@ -1,7 +1,8 @@
 """Released models in and out: Hugging Face Marian (opus-mt) <-> our Transformer; export to CTranslate2.
 
     from_marian(hf_model) -> Transformer          the same function with the same weights
-    to_marian(model)      -> MarianMTModel         the exact inverse (round trip exact)
+    to_marian(model)      -> MarianMTModel         the exact inverse (round trip exact), or for a
+                                                   pre-norm model PegasusForConditionalGeneration
     python -m transformer.interop.marian export RUN_DIR/best.pt OUT_DIR [--ct2 CT2_DIR]
 
 Weights (ours <- Marian's; the rest is the same name for name):
@@ -12,16 +13,18 @@ Weights (ours <- Marian's; the rest is the same name for name):
     embeddings, output_proj          <- model.shared (tied, shared vocabulary) or the separate three
     output_proj.bias                 <- final_logits_bias (1, V)          (model.output_bias: true)
 
-Both are post-norm with sinusoidal positions; Marian's are laid out in HALVES (sin features first, then
-cos), ours INTERLEAVED by default (§3.5). ``from_marian`` gives a ``sinusoid_layout: halves`` model. For
-an interleaved model, ``to_marian`` reorders the d_model features: with the permutation
-p = (0, 2, 4, ..., 1, 3, 5, ...), interleaved[:, p] IS Marian's table (bit for bit), and giving every
-vector of the residual stream the order p is an exact reparametrisation: embedding columns, the input
-columns of qkv_proj / linear1 / output_proj, the output rows and biases of out_proj / linear2, and the
-LayerNorm weights and biases all take the order p (LayerNorm's mean and variance do not depend on the
-order; the head space and d_ff are untouched). Logits are the same function; only the order of the sums
-inside the matmuls changes (float rounding). The CTranslate2 model needs no reordering: its position table
-is set to ours.
+Pre-norm (``model.norm_first: true``) goes through Pegasus, Marian's pre-norm sibling in transformers: the
+same layers and names, each block ``x + Sublayer(LayerNorm(x))``, and a final LayerNorm on each stack
+(``model.{encoder,decoder}.layer_norm`` <- our ``final_norm``); it has one vocabulary. Both have sinusoidal
+positions laid out in HALVES (sin features first, then cos), ours are INTERLEAVED by default (§3.5).
+``from_marian`` gives a ``sinusoid_layout: halves`` model. For an interleaved model, ``to_marian`` reorders
+the d_model features: with the permutation p = (0, 2, 4, ..., 1, 3, 5, ...), interleaved[:, p] IS Marian's
+table (bit for bit), and giving every vector of the residual stream the order p is an exact reparametrisation:
+embedding columns, the input columns of qkv_proj / linear1 / output_proj, the output rows and biases of
+out_proj / linear2, and the LayerNorm weights and biases all take the order p (LayerNorm's mean and variance
+do not depend on the order; the head space and d_ff are untouched). Logits are the same function; only the
+order of the sums inside the matmuls changes (float rounding). The CTranslate2 model needs no reordering: its
+position table is set to ours.
 
 Special ids and the decoder start token. Marian starts the decoder from the pad id
 (``decoder_start_token: pad``); our checkpoints from BOS (pad 0, unk 1, bos 2, eos 3). Our decoders never
@@ -34,7 +37,8 @@ Lengths. Our decoders stop a sentence at ``source length + eval.max_len_offset``
 per sentence for the same cut, and ``min_decoding_length=0`` to CTranslate2 (its default 1 forbids an
 empty translation, which ours allows). Beam search is not exported: generate()'s length penalty is not ours.
 
-Refused, with one line naming the setting: pre-norm Marian variants (normalize_before), a layer norm on
+Refused, with one line naming the setting: pre-norm Marian variants (normalize_before; our pre-norm
+models are Pegasus), a pre-norm model with separate vocabularies (Pegasus has one), a layer norm on
 the embeddings, learned positions, different encoder / decoder head counts or FFN widths, activations other
 than relu / gelu / swish, and embeddings shared between encoder and decoder but not with the output.
 ``transformers`` and ``ctranslate2`` are imported only here, when called (``pip install -e ".[hf]"``).
@@ -79,9 +83,22 @@ def _halves_permutation(d_model: int) -> torch.Tensor:
 # -------- Marian config <-> ModelConfig ---------------------------------------------------------------
 
 
+MODEL_TYPES = {"marian": "MarianMTModel", "pegasus": "PegasusForConditionalGeneration"}  # post-, pre-norm
+
+
+def model_class(model_type: str):
+    """The transformers class of a folder's config.json ``model_type``: Marian or its pre-norm sibling."""
+    if model_type not in MODEL_TYPES:
+        raise MarianError(f"model_type={model_type!r} is not a Marian model (expected marian or pegasus)")
+    return getattr(_transformers(), MODEL_TYPES[model_type])
+
+
 def model_config_from_marian(hf_config) -> ModelConfig:
-    """The ModelConfig of a Marian config, or a MarianError naming what cannot be mapped."""
+    """The ModelConfig of a Marian (or Pegasus) config, or a MarianError naming what cannot be mapped."""
     c = hf_config
+    model_class(c.model_type)
+    pre_norm = c.model_type == "pegasus"
+    share = getattr(c, "share_encoder_decoder_embeddings", True)  # Pegasus: always one vocabulary
     refusals = [
         (getattr(c, "normalize_before", False), "normalize_before=True (pre-norm Marian variant)"),
         (getattr(c, "normalize_embedding", False), "normalize_embedding=True (layer norm on embeddings)"),
@@ -93,8 +110,7 @@ def model_config_from_marian(hf_config) -> ModelConfig:
          f"encoder_ffn_dim={c.encoder_ffn_dim} != decoder_ffn_dim={c.decoder_ffn_dim}"),
         (c.activation_function not in ACTIVATIONS, f"activation_function={c.activation_function!r} "
          f"(expected one of {', '.join(ACTIVATIONS)})"),
-        (c.share_encoder_decoder_embeddings != c.tie_word_embeddings,
-         f"share_encoder_decoder_embeddings={c.share_encoder_decoder_embeddings} with "
+        (share != c.tie_word_embeddings, f"share_encoder_decoder_embeddings={share} with "
          f"tie_word_embeddings={c.tie_word_embeddings} (we tie all three or none)"),
     ]  # fmt: skip
     for refused, setting in refusals:
@@ -107,8 +123,8 @@ def model_config_from_marian(hf_config) -> ModelConfig:
         n_encoder_layers=c.encoder_layers,
         n_decoder_layers=c.decoder_layers,
         dropout=float(c.dropout),
-        norm_first=False,
-        share_embeddings=bool(c.share_encoder_decoder_embeddings),
+        norm_first=pre_norm,
+        share_embeddings=bool(share),
         max_positions=c.max_position_embeddings,
         activation=ACTIVATIONS[c.activation_function],
         sinusoid_layout="halves",
@@ -119,10 +135,14 @@ def model_config_from_marian(hf_config) -> ModelConfig:
 
 
 def marian_config(model: Transformer):
-    """The MarianConfig of our model (special ids from ``model.hf_config`` when it came from Marian)."""
+    """The MarianConfig of our model, a PegasusConfig if it is pre-norm (special ids from
+    ``model.hf_config`` when it came from transformers)."""
     c = model.config
-    if c.norm_first:
-        raise MarianError("cannot map to Marian: model.norm_first=True (Marian is post-norm)")
+    if c.norm_first and not c.share_embeddings:
+        raise MarianError(
+            "cannot map to Pegasus (the pre-norm Marian): model.norm_first=True with "
+            "model.share_embeddings=False (Pegasus has one vocabulary)"
+        )
     hf_config = getattr(model, "hf_config", None)
     if hf_config is not None:  # it came from Marian: keep its special ids, dropouts and settings
         values = hf_config.to_dict()
@@ -148,9 +168,12 @@ def marian_config(model: Transformer):
         activation_function=activation,
         max_position_embeddings=c.max_positions,
         scale_embedding=c.scale_embeddings,
-        share_encoder_decoder_embeddings=c.share_embeddings,
         tie_word_embeddings=c.share_embeddings,
     )
+    if c.norm_first:
+        values.pop("decoder_vocab_size")
+        return _transformers().PegasusConfig.from_dict(values)
+    values["share_encoder_decoder_embeddings"] = c.share_embeddings
     return _transformers().MarianConfig.from_dict(values)
 
 
@@ -179,6 +202,9 @@ def _weight_pairs(config: ModelConfig) -> list[tuple[str, list[str]]]:
                 pairs.append((f"{a}ffn.linear1.{p}", [f"{b}fc1.{p}"]))
                 pairs.append((f"{a}ffn.linear2.{p}", [f"{b}fc2.{p}"]))
                 pairs.append((f"{a}ffn_norm.{p}", [f"{b}final_layer_norm.{p}"]))
+        if config.norm_first:  # Pegasus: the stack's final LayerNorm
+            for p in ("weight", "bias"):
+                pairs.append((f"{stack}.final_norm.{p}", [f"model.{stack}.layer_norm.{p}"]))
     return pairs
 
 
@@ -198,7 +224,7 @@ def _check_positions(hf_model, config: ModelConfig) -> None:
 
 
 def from_marian(hf_model) -> Transformer:
-    """A MarianMTModel -> our Transformer, the same function: ``model(src, tgt_in)`` equals
+    """A MarianMTModel (or Pegasus) -> our Transformer, the same function: ``model(src, tgt_in)`` equals
     ``hf_model(input_ids=src, attention_mask=src != pad, decoder_input_ids=tgt_in).logits``."""
     hf_config = hf_model.config
     config = model_config_from_marian(hf_config)
@@ -208,9 +234,11 @@ def from_marian(hf_model) -> Transformer:
     for key, names in _weight_pairs(config):
         tensor = torch.cat([theirs[name].detach() for name in names])  # q, k, v stacked by rows
         state[key] = tensor.reshape(-1) if key == "output_proj.bias" else tensor  # (1, V) -> (V,)
-    src_vocab, tgt_vocab = hf_config.vocab_size, hf_config.decoder_vocab_size or hf_config.vocab_size
+    src_vocab = hf_config.vocab_size
+    tgt_vocab = getattr(hf_config, "decoder_vocab_size", None) or src_vocab  # Pegasus: one vocabulary
     pad, start = hf_config.pad_token_id, hf_config.decoder_start_token_id
-    bos = start if config.decoder_start_token == "bos" else hf_config.bos_token_id  # Marian: often = EOS
+    marian_bos = getattr(hf_config, "bos_token_id", None)  # Marian: often = EOS; Pegasus: none
+    bos = start if config.decoder_start_token == "bos" else marian_bos
     bos = pad if bos is None else bos
     try:
         model = Transformer(config, src_vocab, tgt_vocab, pad, bos, hf_config.eos_token_id)
@@ -254,7 +282,7 @@ def to_marian(model: Transformer):
     state = {key: tensor.detach() for key, tensor in model.state_dict().items()}
     if model.config.sinusoid_layout == "interleaved":
         state = interleaved_to_halves(state, model.config.d_model)
-    hf_model = _transformers().MarianMTModel(config)
+    hf_model = model_class(config.model_type)(config)
     hf_model.to(device=model.output_proj.weight.device, dtype=model.output_proj.weight.dtype)
     theirs = _marian_tensors(hf_model)
     with torch.no_grad():

@@ -1,6 +1,6 @@
 """Released translation models for ``translate.py`` and the ``Translator``: a Hugging Face Marian folder
-(e.g. an opus-mt model, or one exported by ``python -m transformer.interop.marian export``) or ``hf:NAME``
-from the hub.
+(e.g. an opus-mt model, or one exported by ``python -m transformer.interop.marian export``: a Pegasus
+folder for a pre-norm model) or ``hf:NAME`` from the hub.
 
 The weights go through ``marian.from_marian`` into our own Transformer, so decoding, scoring and every
 attention view run on our code; the text goes through the model's own ``MarianTokenizer``, wrapped in
@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 from transformer.checkpoint import CheckpointError
 from transformer.config import Config, DataConfig, EvalConfig
-from transformer.interop.marian import MarianError, _transformers, from_marian
+from transformer.interop.marian import MarianError, _transformers, from_marian, model_class
 from transformer.interop.marian_text import MarianText
 from transformer.model import Transformer
 
@@ -42,26 +42,29 @@ def hub_reachable(timeout: float = 3.0) -> bool:
     return True
 
 
+def _model_and_tokenizer(name: str, **options):
+    """(the model of the class its config.json names: Marian, or Pegasus for pre-norm; MarianTokenizer)."""
+    transformers = _transformers()
+    model_type = transformers.AutoConfig.from_pretrained(name, **options).model_type
+    model = model_class(model_type).from_pretrained(name, **options)
+    return model, transformers.MarianTokenizer.from_pretrained(name, **options)
+
+
 def load_pretrained(path: str | Path):
-    """(MarianMTModel, MarianTokenizer) of a folder or ``hf:NAME`` (the local cache first); one-line
-    CheckpointError when it cannot be had (also without the ``hf`` extra)."""
-    try:
-        transformers = _transformers()
-    except MarianError as error:
-        raise CheckpointError(f"{path}: {error}") from None
+    """(MarianMTModel or PegasusForConditionalGeneration, MarianTokenizer) of a folder or ``hf:NAME``
+    (the local cache first); one-line CheckpointError when it cannot be had (also without the ``hf``
+    extra, or when config.json names another model type)."""
     name = str(path).removeprefix(HUB_PREFIX)
     is_hub = str(path).startswith(HUB_PREFIX)
     try:
         try:
-            loaded = [cls.from_pretrained(name, local_files_only=True)
-                      for cls in (transformers.MarianMTModel, transformers.MarianTokenizer)]  # fmt: skip
+            loaded = _model_and_tokenizer(name, local_files_only=True)
         except OSError:
             if not is_hub or not hub_reachable():
                 raise
-            loaded = [
-                cls.from_pretrained(name)
-                for cls in (transformers.MarianMTModel, transformers.MarianTokenizer)
-            ]
+            loaded = _model_and_tokenizer(name)
+    except MarianError as error:
+        raise CheckpointError(f"{path}: {error}") from None
     except (OSError, ValueError) as error:
         if is_hub:
             raise CheckpointError(
