@@ -61,7 +61,13 @@ def relative(ours: torch.Tensor, theirs: torch.Tensor) -> float:
     return ((ours - theirs).abs().max() / theirs.abs().max()).item()
 
 
-VARIANTS = [("swish", True, False), ("relu", False, False), ("gelu", True, False), ("relu", True, True)]
+VARIANTS = [
+    ("swish", True, False),
+    ("relu", False, False),
+    ("gelu", True, False),
+    ("relu", True, True),
+    ("gelu", False, True),
+]  # (activation, scale_embedding, Pegasus)
 
 
 def block_outputs(model, modules: dict[str, torch.nn.Module], run) -> dict[str, tuple]:
@@ -234,11 +240,32 @@ def test_pre_norm_with_separate_vocabularies_is_refused():
     to_marian(Transformer(dataclasses.replace(config, share_embeddings=True), V, V, 0, 2, 3))
 
 
-def test_other_model_types_are_refused_by_name():
-    hf_model = random_marian(10, torch.float32)
-    hf_model.config.model_type = "bart"
-    with pytest.raises(MarianError, match="model_type='bart' is not a Marian model"):
-        from_marian(hf_model)
+def test_other_models_and_mismatched_configs_are_refused_by_name():
+    """What a model computes is its class's: a Marian class with a Pegasus config (or the reverse) is
+    refused, not read as the config says; another architecture is refused by its class name."""
+    for pegasus, other in [(False, "pegasus"), (True, "marian")]:
+        hf_model = random_marian(10, torch.float32, pegasus=pegasus)
+        hf_model.config.model_type = other
+        with pytest.raises(MarianError, match=f"with model_type='{other}' in its config"):
+            from_marian(hf_model)
+    bart = transformers.BartForConditionalGeneration(transformers.BartConfig(
+        vocab_size=V, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+    ))  # fmt: skip
+    with pytest.raises(MarianError, match="cannot map a BartForConditionalGeneration"):
+        from_marian(bart)
+
+
+def test_pegasus_config_keys_that_describe_pegasus_are_accepted():
+    """Released Pegasus config.json files say normalize_before / add_final_layer_norm = true (what the
+    class does): not a refusal; untied output embeddings are, in Pegasus' words."""
+    hf_model = random_marian(11, pegasus=True, normalize_before=True, add_final_layer_norm=True)
+    src, tgt_in = sources(), torch.full((4, 1), PAD)
+    logits = hf_model(input_ids=src, attention_mask=src != PAD, decoder_input_ids=tgt_in).logits
+    assert relative(from_marian(hf_model)(src, tgt_in), logits) <= 1e-12
+    untied = random_marian(11, torch.float32, pegasus=True, tie_word_embeddings=False)
+    with pytest.raises(MarianError, match="cannot map this Pegasus model: tie_word_embeddings=False"):
+        from_marian(untied)
 
 
 @pytest.mark.parametrize(
@@ -339,7 +366,7 @@ def with_eos_bias(checkpoint, path, eos_bias: float):
     return path
 
 
-@pytest.mark.parametrize("eos_bias, pre_norm", [(None, False), (2.25, False), (None, True)])
+@pytest.mark.parametrize("eos_bias, pre_norm", [(None, False), (2.25, False), (None, True), (2.25, True)])
 def test_export_decodes_as_our_greedy_in_transformers_and_ctranslate2(
     tiny_checkpoint, tmp_path, eos_bias, pre_norm
 ):

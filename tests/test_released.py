@@ -101,3 +101,9 @@ def test_translate_py_on_a_released_folder_and_hf_names_offline(
     assert translate.main(["--checkpoint", str(tmp_path / "bert"), line]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model_type='bert' is not a Marian model (expected marian or" in err
+    assert marian_main(["export", str(tiny_checkpoint), str(tmp_path / "no_spm")]) == 0
+    (tmp_path / "no_spm" / "source.spm").unlink()  # a model without its tokenizer
+    assert translate.main(["--checkpoint", str(tmp_path / "no_spm"), line]) == 1
+    err = capsys.readouterr().err  # transformers' weight-loading progress bar, then our one line
+    assert "Traceback" not in err and err.endswith("\n") and "Marian tokenizer files" in err, err
+    assert err.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'no_spm'}: no readable")

@@ -37,8 +37,8 @@ Lengths. Our decoders stop a sentence at ``source length + eval.max_len_offset``
 per sentence for the same cut, and ``min_decoding_length=0`` to CTranslate2 (its default 1 forbids an
 empty translation, which ours allows). Beam search is not exported: generate()'s length penalty is not ours.
 
-Refused, with one line naming the setting: pre-norm Marian variants (normalize_before; our pre-norm
-models are Pegasus), a pre-norm model with separate vocabularies (Pegasus has one), a layer norm on
+Refused, with one line naming the setting: pre-norm Marian configs (normalize_before, add_final_layer_norm;
+pre-norm goes through Pegasus), a pre-norm model with untied embeddings (Pegasus ties them), a layer norm on
 the embeddings, learned positions, different encoder / decoder head counts or FFN widths, activations other
 than relu / gelu / swish, and embeddings shared between encoder and decoder but not with the output.
 ``transformers`` and ``ctranslate2`` are imported only here, when called (``pip install -e ".[hf]"``).
@@ -93,16 +93,36 @@ def model_class(model_type: str):
     return getattr(_transformers(), MODEL_TYPES[model_type])
 
 
-def model_config_from_marian(hf_config) -> ModelConfig:
-    """The ModelConfig of a Marian (or Pegasus) config, or a MarianError naming what cannot be mapped."""
-    c = hf_config
-    model_class(c.model_type)
-    pre_norm = c.model_type == "pegasus"
+def model_type_of(hf_model) -> str:
+    """marian or pegasus, from the model's class (what it computes), checked against its config's."""
+    class_name = type(hf_model).__name__
+    model_type = {name: key for key, name in MODEL_TYPES.items()}.get(class_name)
+    if model_type is None:
+        raise MarianError(f"cannot map a {class_name} (expected {' or '.join(MODEL_TYPES.values())})")
+    if hf_model.config.model_type != model_type:
+        raise MarianError(
+            f"a {class_name} with model_type={hf_model.config.model_type!r} in its config: load the folder "
+            "with the class its config.json names (AutoModelForSeq2SeqLM)"
+        )
+    return model_type
+
+
+def model_config_from_marian(hf_config, model_type: str = "marian") -> ModelConfig:
+    """The ModelConfig of a Marian (or, ``model_type="pegasus"``, a Pegasus) config, or a MarianError
+    naming what cannot be mapped."""
+    c, pre_norm = hf_config, model_type == "pegasus"
     share = getattr(c, "share_encoder_decoder_embeddings", True)  # Pegasus: always one vocabulary
-    refusals = [
+    # Pegasus' config.json files still carry normalize_before / add_final_layer_norm = true: what it does
+    marian_only = [] if pre_norm else [
         (getattr(c, "normalize_before", False), "normalize_before=True (pre-norm Marian variant)"),
-        (getattr(c, "normalize_embedding", False), "normalize_embedding=True (layer norm on embeddings)"),
         (getattr(c, "add_final_layer_norm", False), "add_final_layer_norm=True"),
+    ]  # fmt: skip
+    tied = f"tie_word_embeddings={c.tie_word_embeddings}"
+    tying = f"share_encoder_decoder_embeddings={share} with {tied} (we tie all three or none)"
+    if pre_norm:
+        tying = f"{tied} (Pegasus ties its encoder and decoder embeddings; we tie the output to them too)"
+    refusals = marian_only + [
+        (getattr(c, "normalize_embedding", False), "normalize_embedding=True (layer norm on embeddings)"),
         (not getattr(c, "static_position_embeddings", True), "static_position_embeddings=False (learned)"),
         (c.encoder_attention_heads != c.decoder_attention_heads, "encoder_attention_heads="
          f"{c.encoder_attention_heads} != decoder_attention_heads={c.decoder_attention_heads}"),
@@ -110,12 +130,11 @@ def model_config_from_marian(hf_config) -> ModelConfig:
          f"encoder_ffn_dim={c.encoder_ffn_dim} != decoder_ffn_dim={c.decoder_ffn_dim}"),
         (c.activation_function not in ACTIVATIONS, f"activation_function={c.activation_function!r} "
          f"(expected one of {', '.join(ACTIVATIONS)})"),
-        (share != c.tie_word_embeddings, f"share_encoder_decoder_embeddings={share} with "
-         f"tie_word_embeddings={c.tie_word_embeddings} (we tie all three or none)"),
+        (share != c.tie_word_embeddings, tying),
     ]  # fmt: skip
     for refused, setting in refusals:
         if refused:
-            raise MarianError(f"cannot map this Marian model: {setting}")
+            raise MarianError(f"cannot map this {'Pegasus' if pre_norm else 'Marian'} model: {setting}")
     return ModelConfig(
         d_model=c.d_model,
         n_heads=c.encoder_attention_heads,
@@ -141,11 +160,12 @@ def marian_config(model: Transformer):
     if c.norm_first and not c.share_embeddings:
         raise MarianError(
             "cannot map to Pegasus (the pre-norm Marian): model.norm_first=True with "
-            "model.share_embeddings=False (Pegasus has one vocabulary)"
+            "model.share_embeddings=False (Pegasus ties its encoder and decoder embeddings)"
         )
     hf_config = getattr(model, "hf_config", None)
     if hf_config is not None:  # it came from Marian: keep its special ids, dropouts and settings
         values = hf_config.to_dict()
+        values.pop("model_type", None), values.pop("architectures", None)  # ours: from norm_first
     else:  # ours drops the residual, the attention weights and the FFN's hidden layer alike
         values = {
             "pad_token_id": model.pad_id, "bos_token_id": model.bos_id, "eos_token_id": model.eos_id,
@@ -227,7 +247,7 @@ def from_marian(hf_model) -> Transformer:
     """A MarianMTModel (or Pegasus) -> our Transformer, the same function: ``model(src, tgt_in)`` equals
     ``hf_model(input_ids=src, attention_mask=src != pad, decoder_input_ids=tgt_in).logits``."""
     hf_config = hf_model.config
-    config = model_config_from_marian(hf_config)
+    config = model_config_from_marian(hf_config, model_type_of(hf_model))
     _check_positions(hf_model, config)
     theirs = _marian_tensors(hf_model)
     state = {}
@@ -237,7 +257,7 @@ def from_marian(hf_model) -> Transformer:
     src_vocab = hf_config.vocab_size
     tgt_vocab = getattr(hf_config, "decoder_vocab_size", None) or src_vocab  # Pegasus: one vocabulary
     pad, start = hf_config.pad_token_id, hf_config.decoder_start_token_id
-    marian_bos = getattr(hf_config, "bos_token_id", None)  # Marian: often = EOS; Pegasus: none
+    marian_bos = getattr(hf_config, "bos_token_id", None)  # Marian: often = EOS
     bos = start if config.decoder_start_token == "bos" else marian_bos
     bos = pad if bos is None else bos
     try:
@@ -276,13 +296,14 @@ def interleaved_to_halves(state: dict[str, torch.Tensor], d_model: int) -> dict[
 
 
 def to_marian(model: Transformer):
-    """Our Transformer -> a ``transformers.MarianMTModel`` computing the same function; the exact inverse
-    of ``from_marian``; the special ids are the model's."""
+    """Our Transformer -> a ``transformers.MarianMTModel`` (``PegasusForConditionalGeneration`` if it is
+    pre-norm) computing the same function; the exact inverse of ``from_marian``; the special ids are the
+    model's."""
     config = marian_config(model)
     state = {key: tensor.detach() for key, tensor in model.state_dict().items()}
     if model.config.sinusoid_layout == "interleaved":
         state = interleaved_to_halves(state, model.config.d_model)
-    hf_model = model_class(config.model_type)(config)
+    hf_model = model_class("pegasus" if model.config.norm_first else "marian")(config)
     hf_model.to(device=model.output_proj.weight.device, dtype=model.output_proj.weight.dtype)
     theirs = _marian_tensors(hf_model)
     with torch.no_grad():
@@ -399,7 +420,8 @@ def to_ctranslate2(model: Transformer, tokenizer: Tokenizer, out_dir: str | Path
 
 
 def export(checkpoint: str | Path, out_dir: str | Path, ct2_dir: str | Path | None = None) -> None:
-    """best.pt -> a folder for MarianMTModel / MarianTokenizer.from_pretrained [+ a CTranslate2 model]."""
+    """best.pt -> a folder for AutoModelForSeq2SeqLM (Marian, or Pegasus if pre-norm) /
+    MarianTokenizer.from_pretrained [+ a CTranslate2 model]."""
     model, tokenizer, config = load_for_inference(checkpoint)
     hf_model = to_marian(model)
     hf_model.generation_config = generation_config(model)
@@ -417,7 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     export_parser = commands.add_parser("export", help="checkpoint -> transformers folder [+ CTranslate2]")
     export_parser.add_argument("checkpoint", help="RUN_DIR/best.pt")
-    export_parser.add_argument("out_dir", help="folder for MarianMTModel / MarianTokenizer.from_pretrained")
+    export_parser.add_argument(
+        "out_dir", help="folder for AutoModelForSeq2SeqLM / MarianTokenizer.from_pretrained"
+    )
     export_parser.add_argument("--ct2", metavar="CT2_DIR", help="also write a CTranslate2 model here")
     args = parser.parse_args(argv)
     try:

@@ -43,11 +43,18 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 
 
 def _model_and_tokenizer(name: str, **options):
-    """(the model of the class its config.json names: Marian, or Pegasus for pre-norm; MarianTokenizer)."""
+    """(the model of the class its config.json names: Marian, or Pegasus for pre-norm; MarianTokenizer).
+    config.json is read as plain JSON first: no other model class is ever built, no remote code run."""
     transformers = _transformers()
-    model_type = transformers.AutoConfig.from_pretrained(name, **options).model_type
-    model = model_class(model_type).from_pretrained(name, **options)
-    return model, transformers.MarianTokenizer.from_pretrained(name, **options)
+    config = transformers.PretrainedConfig.get_config_dict(name, **options)[0]
+    model = model_class(config.get("model_type", "marian")).from_pretrained(name, **options)
+    try:
+        tokenizer = transformers.MarianTokenizer.from_pretrained(name, **options)
+    except (TypeError, KeyError, AssertionError, RuntimeError) as error:  # files missing or unreadable
+        raise MarianError(
+            f"no readable Marian tokenizer files (source.spm, target.spm, vocab.json): {type(error).__name__}"
+        ) from None
+    return model, tokenizer
 
 
 def load_pretrained(path: str | Path):
