@@ -165,7 +165,8 @@ def marian_config(model: Transformer):
     hf_config = getattr(model, "hf_config", None)
     if hf_config is not None:  # it came from Marian: keep its special ids, dropouts and settings
         values = hf_config.to_dict()
-        values.pop("model_type", None), values.pop("architectures", None)  # ours: from norm_first
+        for key in ("model_type", "architectures"):  # ours come from norm_first
+            values.pop(key, None)
     else:  # ours drops the residual, the attention weights and the FFN's hidden layer alike
         values = {
             "pad_token_id": model.pad_id, "bos_token_id": model.bos_id, "eos_token_id": model.eos_id,
