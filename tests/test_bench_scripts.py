@@ -24,6 +24,7 @@ import beam_profile  # noqa: E402
 import beam_sweep  # noqa: E402
 import decode_ab  # noqa: E402
 import decode_speed  # noqa: E402
+import score_rows  # noqa: E402
 import train_throughput  # noqa: E402
 
 
@@ -223,3 +224,27 @@ def test_beam_profile_runs_and_finds_the_output_layer(tiny_checkpoint, capsys):
     assert beam_profile.main(argv) == 0  # 70 >= WORTH_PACKING sentences: the packed decoder's products
     out = capsys.readouterr().out
     assert "70 sentences, beam 2:" in out and "`mkldnn::_linear_pointwise (the output layer)`" in out
+
+
+def test_score_rows_times_each_block_size_and_leaves_the_setting_as_it_was(tiny_checkpoint, capsys):
+    from transformer import decoding
+
+    configured = decoding.SCORE_ROWS
+    argv = [str(tiny_checkpoint), "--rows", "50", "--blocks", "7", "64", "--rounds", "1"]
+    assert score_rows.main(argv) == 0
+    assert decoding.SCORE_ROWS == configured
+    assert capsys.readouterr().out.startswith("50 rows  7: ")
+
+
+def test_score_rows_refuses_block_sizes_that_score_differently(tiny_checkpoint, monkeypatch):
+    from transformer import decoding
+
+    row_best = decoding._row_best
+
+    def by_block(features, *args):  # a scoring that depends on the block size: a bug the bench must catch
+        log_probs, tokens = row_best(features, *args)
+        return log_probs + decoding.SCORE_ROWS, tokens
+
+    monkeypatch.setattr(decoding, "_row_best", by_block)
+    with pytest.raises(SystemExit, match="block size 64 scores 50 rows differently from 7"):
+        score_rows.main([str(tiny_checkpoint), "--rows", "50", "--blocks", "7", "64", "--rounds", "1"])

@@ -247,7 +247,9 @@ def _collect_finished(
         finished[i].append((norm, prefix if token == eos_id else prefix + [token], log_p))
 
 
-SCORE_ROWS = 128  # rows of next-token logits (·, V) made and scored at a time on a CPU: see _row_best
+# rows of next-token logits (·, V) made and scored at a time on a CPU (see _row_best): 1.07-1.20x faster
+# than 128 at 200-1200 rows, where 1024 was slower at 1200 (bench/score_rows.py; docs/benchmarks.md)
+SCORE_ROWS = 512
 
 
 def _row_best(features: torch.Tensor, model: Transformer, k: int, step: int, prefix, dtype: torch.dtype):
