@@ -193,6 +193,25 @@ def test_beam_scored_by_blocks_of_rows_with_the_two_pass_top_k_equals_all_at_onc
         assert [log_p for _, log_p in hyps_blocks] == pytest.approx([log_p for _, log_p in hyps], rel=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_row_scores_are_a_fresh_log_softmax_and_topk_to_the_bit(monkeypatch, dtype):
+    """``_row_best`` writes the log-softmax over the logits in place: each row's k best (log p, token) must
+    be those of a fresh ``torch.log_softmax`` and ``torch.topk``, bit for bit, whatever the block of rows
+    (V = 3000: the two-pass top-k and the vectorised log-softmax), with PAD and BOS ruled out."""
+    model = random_model(3, vocab_size=3000).to(dtype)
+    features = torch.randn(37, 1, 16, dtype=dtype)  # (N, 1, D)
+    for rows in (5, 37):
+        with torch.no_grad():  # the products by the same blocks of rows, which float32 rounds by block
+            blocks = [model.output_proj(features[i : i + rows]) for i in range(0, 37, rows)]
+        logits = torch.cat(blocks)[:, -1].to(dtype)  # (N, V) (the hook's bias is float64)
+        logits[:, [PAD, BOS]] = float("-inf")
+        want_log_probs, want_tokens = torch.log_softmax(logits, dim=-1).topk(8, dim=-1)  # (N, 8) each
+        monkeypatch.setattr(decoding, "SCORE_ROWS", rows)
+        with torch.no_grad():
+            log_probs, tokens = decoding._row_best(features, model, 8, 1, None, dtype)
+        assert torch.equal(tokens, want_tokens) and torch.equal(log_probs, want_log_probs)
+
+
 def test_beam_wider_than_the_search_space_is_exhaustive_search():
     """The guarantee we can test: with K >= the number of one-token extensions at every step, nothing is
     pruned, so the result is THE best hypothesis by log P / lp, whatever α. Vocabulary: UNK, EOS and two
