@@ -139,7 +139,8 @@ def results_table(figures: dict) -> str:
          f"({compare['date']})",
          f"{beam['ours']:.0f} vs {beam['hf_generate']:.0f} vs {beam['ct2_fp32']:.0f} sentences/s (ours "
          f"{beam['ours'] / beam['hf_generate']:.2f}× `generate()`, {beam['ours'] / beam['ct2_fp32']:.2f}× "
-         "CTranslate2)"),
+         f"CTranslate2; {beam['ct2_spread']}× CTranslate2 over the {beam['ct2_runs']} runs in "
+         "docs/benchmarks.md)"),
         (f"training throughput vs the same model on `torch.nn.Transformer` ({throughput['date']})",
          f"{throughput['ratio_vs_torch']:.2f}× ({throughput['sizes']} sizes; "
          f"{throughput['spread']} over the last {throughput['runs']} runs)"),
