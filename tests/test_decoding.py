@@ -212,6 +212,22 @@ def test_row_scores_are_a_fresh_log_softmax_and_topk_to_the_bit(monkeypatch, dty
         assert torch.equal(tokens, want_tokens) and torch.equal(log_probs, want_log_probs)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_pick_is_argmax_and_takes_the_first_of_tied_maxima(dtype):
+    """Greedy search picks with ``max(dim).indices`` (faster than ``argmax``): the same token, and among
+    equal best scores the first, as argmax, so a tie never changes a translation."""
+    torch.manual_seed(0)
+    scores = torch.randn(64, 8000).to(dtype)  # (N, V)
+    first, second = torch.randint(0, 4000, (64,)), torch.randint(4000, 8000, (64,))  # (N,) each
+    rows = torch.arange(64)
+    scores[rows[:32], first[:32]] = 9.0  # rows 0-31: the best score twice, at first and second
+    scores[rows[:32], second[:32]] = 9.0
+    scores[40] = float("-inf")  # a row with nothing allowed: the first index, as argmax
+    picked = topk.best_index(scores)  # (N,)
+    assert torch.equal(picked, scores.argmax(dim=-1))
+    assert torch.equal(picked[:32], first[:32]) and picked[40] == 0
+
+
 def test_beam_wider_than_the_search_space_is_exhaustive_search():
     """The guarantee we can test: with K >= the number of one-token extensions at every step, nothing is
     pruned, so the result is THE best hypothesis by log P / lp, whatever α. Vocabulary: UNK, EOS and two

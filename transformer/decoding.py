@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from transformer.model import Cache, Transformer
-from transformer.topk import top_k
+from transformer.topk import best_index, top_k
 
 
 def _select_rows(cache: Cache, rows: torch.Tensor, parts=("self", "cross")) -> None:
@@ -120,7 +120,7 @@ def greedy_decode(
         if step == 0 and cache is not None:
             _contiguous_memory_cache(cache)
         logits = _force_prefix(_next_token_logits(logits, model), prefix, step)  # (B_active, V)
-        next_tokens = logits.argmax(dim=-1) if pick is None else pick(logits)  # (B_active,)
+        next_tokens = best_index(logits) if pick is None else pick(logits)  # (B_active,)
         tokens[:, step + 1] = next_tokens
         done = (next_tokens == eos_id) | (step + 1 >= limits)  # (B_active,)
         done_rows = done.nonzero().flatten()  # (B_done,)

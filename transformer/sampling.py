@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from transformer.topk import best_index
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -53,7 +55,7 @@ def allowed_tokens(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tens
 def sample_tokens(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) -> torch.Tensor:
     """One token per row of logits (N, V) -> (N,) long, drawn as the module docstring says."""
     if sampling.temperature == 0.0:
-        return logits.argmax(dim=-1)  # (N,)
+        return best_index(logits)  # (N,) greedy search's pick
     tempered = logits.float() / sampling.temperature  # (N, V)
     allowed = allowed_tokens(tempered, sampling.top_k, sampling.top_p)  # (N, V)
     probs = torch.softmax(tempered.masked_fill(~allowed, float("-inf")), dim=-1)  # (N, V)
