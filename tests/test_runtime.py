@@ -1,10 +1,12 @@
 """The device resolver without a GPU: CUDA always comes back with an index (``torch.cuda.set_device`` raises
 for a bare ``cuda``, which crashed every single-GPU run), and a bad name is an error that names it."""
 
+import os
+
 import pytest
 import torch
 
-from transformer.runtime import DeviceError, resolve_device, slow_precision
+from transformer.runtime import DeviceError, resolve_device, setup_runtime, slow_precision
 
 
 @pytest.fixture
@@ -75,3 +77,15 @@ def test_a_pytorch_that_cannot_say_gets_no_warning(monkeypatch):
     for name in ("avx512_bf16", "amx_tile", "vnni"):
         monkeypatch.delattr(torch.cpu, f"_is_{name}_supported", raising=False)
     assert slow_precision("bf16", torch.device("cpu")) is None
+
+
+def test_bf16_on_the_cpu_enlarges_onednns_kernel_cache_and_keeps_a_users_value(monkeypatch):
+    """bf16 training on the CPU compiles a oneDNN kernel per matmul shape; the cache must hold an epoch's."""
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    setup_runtime("cpu", "fp32")  # fp32 matmuls do not use it: left alone
+    assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ
+    assert setup_runtime("cpu", "bf16").dtype == torch.bfloat16
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "4096"
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "512")
+    setup_runtime("cpu", "bf16")
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "512"
