@@ -85,7 +85,7 @@ def test_bf16_on_the_cpu_enlarges_onednns_kernel_cache_and_keeps_a_users_value(m
     setup_runtime("cpu", "fp32")  # fp32 matmuls do not use it: left alone
     assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ
     assert setup_runtime("cpu", "bf16").dtype == torch.bfloat16
-    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "4096"
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16384"
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "512")
     setup_runtime("cpu", "bf16")
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "512"
