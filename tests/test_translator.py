@@ -3,6 +3,7 @@ search: n-best scores are the teacher-forced scores of the same ids, the first o
 output, alignments stay within the word counts. The tiny checkpoint is trained once per session."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -170,13 +171,15 @@ def test_alignments_stay_within_the_word_counts(translator):
         translator.alignments(SENTENCES[0], layer=3)
 
 
-def test_translator_from_parts_and_precision(translator):
+def test_translator_from_parts_and_precision(translator, monkeypatch):
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
     same = Translator(translator.model, translator.tokenizer, translator.settings, "cpu", "fp32")
     assert same.translate(SENTENCES) == translator.translate(SENTENCES) and same.dtype is None
     assert (
         Translator(translator.model, translator.tokenizer, translator.settings, "cpu", "bf16").dtype
         == torch.bfloat16
     )
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16384"  # bf16 decoding keeps its kernels
     with pytest.raises(ValueError, match="precision"):
         Translator(translator.model, translator.tokenizer, translator.settings, "cpu", "fp8")
 

@@ -46,7 +46,7 @@ from transformer.interop.released import is_released
 from transformer.model import Attention, Transformer
 from transformer.packed import WORTH_PACKING, packed_decoder
 from transformer.quantize import INT8, int8_model
-from transformer.runtime import autocast, autocast_dtype, resolve_device, slow_precision
+from transformer.runtime import autocast, autocast_dtype, resolve_device, size_onednn_cache, slow_precision
 from transformer.sampling import Sampling, sample_tokens
 from transformer.tokenizer import Tokenizer
 
@@ -148,6 +148,7 @@ class Translator:
             model, precision = int8_model(model), "fp32"
         self.model, self.tokenizer, self.settings = model.to(self.device).eval(), tokenizer, settings
         self.dtype = autocast_dtype(precision, self.device)  # None = fp32
+        size_onednn_cache(self.device, self.dtype)  # bf16 on the CPU: keep every shape's kernel (runtime.py)
         self.warn = warn
         self.max_source_tokens = source_token_limit(model.config, settings)
         self.max_target_tokens = model.config.max_positions - 1  # + the start token
