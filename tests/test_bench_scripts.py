@@ -226,6 +226,18 @@ def test_beam_profile_runs_and_finds_the_output_layer(tiny_checkpoint, capsys):
     assert beam_profile.main(argv) == 0  # 70 >= WORTH_PACKING sentences: the packed decoder's products
     out = capsys.readouterr().out
     assert "70 sentences, beam 2:" in out and "`mkldnn::_linear_pointwise (the output layer)`" in out
+    assert "the output layer unprofiled, by the clock:" in out
+
+
+def test_beam_profile_clock_counts_every_call_of_the_module_packed_or_not_and_only_in_its_block():
+    linear = torch.nn.Linear(4, 6)
+    with beam_profile.ModuleClock(linear) as clock:
+        linear(torch.randn(3, 4))
+        linear.forward = lambda x: x @ linear.weight.T  # an instance forward, as the packed decoder sets
+        linear(torch.randn(2, 5, 4))
+    linear(torch.randn(7, 4))  # after the block: not counted
+    assert clock.calls == 2 and clock.seconds > 0
+    assert clock.gflop == pytest.approx(2 * (3 + 10) * 4 * 6 / 1e9)
 
 
 def test_score_rows_times_each_block_size_and_leaves_the_setting_as_it_was(tiny_checkpoint, capsys):
