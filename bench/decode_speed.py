@@ -38,6 +38,7 @@ ours ÷ theirs in sentences/s: ``ratio_vs_hf=``, ``ratio_vs_ct2=`` (greedy fp32)
 
 import argparse
 import dataclasses
+import importlib.util
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,7 @@ import time
 from pathlib import Path
 
 import torch
+from ct2_worker import CTranslate2Process  # bench/, beside this file
 
 from transformer.checkpoint import CheckpointError, load_for_inference
 from transformer.data import make_batches
@@ -193,24 +195,23 @@ def decode_transformers(
 
 
 def decode_ctranslate2(
-    translator, src_ids, tokenizer, settings, max_positions: int, beam: int = 1
-) -> list[list[int]]:
-    """``translate_batch`` over our batches (pieces in, pieces out), greedy or with ``beam`` beams; one limit
-    per batch, each output cut at its own; ``min_decoding_length=0`` as ours may produce an empty one."""
+    worker: CTranslate2Process, compute_type: str, src_ids, tokenizer, settings, max_positions: int, beam=1
+) -> tuple[list[list[int]], float]:
+    """``translate_batch`` over our batches (pieces in, pieces out), greedy or with ``beam`` beams, in the
+    worker process (``ct2_worker.py``: why): (outputs, seconds of its translate_batch calls). One limit per
+    batch, each output cut at its own; ``min_decoding_length=0`` as ours may produce an empty one."""
     eos = tokenizer.eos_id
     pieces = tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
     ids = {piece: i for i, piece in enumerate(pieces)}
     limits = sentence_limits(src_ids, settings.max_len_offset, max_positions)
+    batches = length_batches(src_ids, settings.max_tokens)
+    sources = [[[pieces[t] for t in src_ids[i]] + [pieces[eos]] for i in batch] for batch in batches]
+    max_lengths = [max(limits[i] for i in batch) for batch in batches]
+    hypotheses, seconds = worker.translate(compute_type, sources, max_lengths, beam, settings.length_penalty)
     outputs: list[list[int]] = [[] for _ in src_ids]
-    for batch in length_batches(src_ids, settings.max_tokens):
-        tokens = [[pieces[t] for t in src_ids[i]] + [pieces[eos]] for i in batch]
-        results = translator.translate_batch(
-            tokens, beam_size=beam, length_penalty=settings.length_penalty,
-            max_decoding_length=max(limits[i] for i in batch), min_decoding_length=0,
-        )  # fmt: skip
-        for i, result in zip(batch, results):
-            outputs[i] = cut([ids[piece] for piece in result.hypotheses[0]], limits[i], eos)
-    return outputs
+    for i, hypothesis in zip((i for batch in batches for i in batch), hypotheses):
+        outputs[i] = cut([ids[piece] for piece in hypothesis], limits[i], eos)
+    return outputs, seconds
 
 
 OURS, OURS_BEAM = "ours (cached greedy)", "ours beam {beam}"
@@ -223,33 +224,42 @@ RATIOS = {  # the last lines: ratio_<name>=<first engine's sentences/s ÷ the se
 }
 
 
-def load_engines(model, tokenizer, settings, checkpoint, export_dir: Path, device: str, beam: int) -> dict:
-    """{name: (src_ids -> outputs, the engine whose lines it is compared with)}: ours in fp32, int8 and bf16
-    (the last two on the CPU), the checkpoint exported to transformers and CTranslate2 (fp32, int8), each
-    greedy; then ours, generate() and CTranslate2 fp32 with ``beam`` beams."""
-    import ctranslate2
-
+def load_engines(
+    model, tokenizer, settings, checkpoint, export_dir: Path, device: str, beam: int
+) -> tuple[dict, CTranslate2Process]:
+    """{name: (src_ids -> (outputs, seconds), the engine whose lines it is compared with)}: ours in fp32,
+    int8 and bf16 (the last two on the CPU), the checkpoint exported to transformers and CTranslate2 (fp32,
+    int8, in a worker process: ``ct2_worker.py``), each greedy; then ours, generate() and CTranslate2 fp32
+    with ``beam`` beams. Also the worker, to close."""
     from transformer.interop.marian import export
     from transformer.interop.released import load_pretrained
 
+    if importlib.util.find_spec("ctranslate2") is None:  # not imported here: it runs in the worker
+        raise ImportError("No module named 'ctranslate2'")
     export(checkpoint, export_dir / "hf", export_dir / "ct2")
     hf_model = load_pretrained(export_dir / "hf")[0].to(device).eval()  # Marian, or Pegasus if pre-norm
     cpu = not device.startswith("cuda")
-    threads = {"intra_threads": torch.get_num_threads()} if cpu else {}
-    path, ct2_device = str(export_dir / "ct2"), "cpu" if cpu else "cuda"
-    ct2 = {kind: ctranslate2.Translator(path, device=ct2_device, compute_type=kind, **threads)
-           for kind in ("float32", "int8")}  # fmt: skip
+    sync = (lambda: None) if cpu else torch.cuda.synchronize
+    worker = CTranslate2Process(export_dir / "ct2", "cpu" if cpu else "cuda", ["float32", "int8"],
+                                threads=torch.get_num_threads())  # fmt: skip
     limits = dict(settings=settings, max_positions=model.config.max_positions)
 
     def ours(precision: str, k: int):
         translator = Translator(model, tokenizer, settings, device, precision)
-        return lambda ids: decode(translator, ids, {"beam_size": k})[0]
+        return lambda ids: decode(translator, ids, {"beam_size": k})
 
     def hf(k: int):
-        return lambda ids: decode_transformers(hf_model, ids, tokenizer, device=device, beam=k, **limits)
+        def run(ids):
+            sync()
+            start = time.perf_counter()
+            outputs = decode_transformers(hf_model, ids, tokenizer, device=device, beam=k, **limits)
+            sync()
+            return outputs, time.perf_counter() - start
+
+        return run
 
     def ctranslate(kind: str, k: int):
-        return lambda ids: decode_ctranslate2(ct2[kind], ids, tokenizer, beam=k, **limits)
+        return lambda ids: decode_ctranslate2(worker, kind, ids, tokenizer, beam=k, **limits)
 
     beam_name = OURS_BEAM.format(beam=beam)
     engines = {OURS: (ours("fp32", 1), OURS)}
@@ -259,24 +269,21 @@ def load_engines(model, tokenizer, settings, checkpoint, export_dir: Path, devic
     engines[beam_name] = (ours("fp32", beam), beam_name)
     engines[f"transformers generate() beam {beam}"] = (hf(beam), beam_name)
     engines[f"CTranslate2 float32 beam {beam}"] = (ctranslate("float32", beam), beam_name)
-    return engines
+    return engines, worker
 
 
-def time_engines(engines: dict, src_ids: list[list[int]], rounds: int, sync) -> tuple[dict, dict]:
+def time_engines(engines: dict, src_ids: list[list[int]], rounds: int) -> tuple[dict, dict]:
     """Every engine decodes ``src_ids`` once per round, in turn (after one warm-up on 8 sentences each):
-    {name: outputs}, {name: the fastest round's seconds}. Round-robin, so that a slow phase of a shared
-    machine hits every engine alike."""
+    {name: outputs}, {name: the fastest round's seconds}, as each engine timed itself. Round-robin, so that a
+    slow phase of a shared machine hits every engine alike."""
     outputs, seconds = {}, {}
     with torch.no_grad():
         for engine, _ in engines.values():
             engine(src_ids[:8])
         for _ in range(rounds):
             for name, (engine, _) in engines.items():
-                sync()
-                start = time.perf_counter()
-                outputs[name] = engine(src_ids)
-                sync()
-                seconds[name] = min(seconds.get(name, float("inf")), time.perf_counter() - start)
+                outputs[name], took = engine(src_ids)
+                seconds[name] = min(seconds.get(name, float("inf")), took)
     return outputs, seconds
 
 
@@ -285,12 +292,16 @@ def compare_engines(model, tokenizer, settings, test, checkpoint, args, log=prin
     sentences_per_s, bleu, chrf, differ, at_limit}} and the ratios of ``RATIOS``."""
     src_ids = tokenizer.encode_batch(test.src)
     limits = sentence_limits(src_ids, settings.max_len_offset, model.config.max_positions)
-    sync = torch.cuda.synchronize if str(args.device).startswith("cuda") else (lambda: None)
     with tempfile.TemporaryDirectory() as tmp:
         export_dir = Path(args.export_dir or tmp)
-        engines = load_engines(model, tokenizer, settings, checkpoint, export_dir, args.device, args.beam)
+        engines, worker = load_engines(
+            model, tokenizer, settings, checkpoint, export_dir, args.device, args.beam
+        )
         log(f"exported to {export_dir}/hf (transformers) and {export_dir}/ct2 (CTranslate2)", flush=True)
-        outputs, seconds = time_engines(engines, src_ids, args.rounds, sync)
+        try:
+            outputs, seconds = time_engines(engines, src_ids, args.rounds)
+        finally:
+            worker.close()
     results = {}
     for name, (_, reference) in engines.items():
         scores = bleu_chrf(tokenizer.decode_batch(outputs[name]), test.tgt)

@@ -51,3 +51,16 @@ def test_sentence_limits_and_cut_are_ours():
     assert decode_speed.sentence_limits([[5, 6], [], [7] * 100], 3, 50) == [6, 4, 50]
     assert decode_speed.cut([5, 6, 3, 0, 0], 4, eos_id=3) == [5, 6]  # ended before its limit
     assert decode_speed.cut([5, 6, 7, 8, 3], 3, eos_id=3) == [5, 6, 7]  # ran on: cut at its own limit
+
+
+def test_ctranslate2_worker_reports_a_bad_model_folder_by_name(tmp_path):
+    from ct2_worker import CTranslate2Process
+
+    with pytest.raises(RuntimeError, match=r"CTranslate2 worker .*RuntimeError: .*nowhere"):
+        CTranslate2Process(tmp_path / "nowhere", "cpu", ["float32"], threads=1)
+
+
+def test_ctranslate2_worker_keeps_torch_out_of_its_process():
+    """The worker exists so that CTranslate2 and PyTorch never share a process (ct2_worker.py: why)."""
+    source = (Path(decode_speed.__file__).parent / "ct2_worker.py").read_text()
+    assert not re.search(r"^\s*(import|from) (torch|transformer)\b", source, re.M)

@@ -13,7 +13,7 @@ it. Decoding only: a quantized model is never trained or saved.
 
 Speed, measured (docs/benchmarks.md): on a CPU, torchao's int8 linear layer is written to be fused by
 Inductor (``torch.compile``); run eagerly, as here, its per-token quantization costs more than the int8
-matmul saves, and greedy decoding runs at about half the fp32 speed. Compiling each quantized layer
+matmul saves, and greedy decoding runs at about two thirds of the fp32 speed. Compiling each quantized layer
 (``torch.compile(dynamic=True)``) makes a feed-forward block 2x faster than fp32 alone, but recompiles for
 every layer's weight and hits Dynamo's recompile limit within one translation. ``bench/int8_linear.py``
 times the same math without the tensor subclass: 2-4x faster than torchao's layer, yet still slower than
