@@ -198,8 +198,11 @@ def decode_ctranslate2(
     worker: CTranslate2Process, compute_type: str, src_ids, tokenizer, settings, max_positions: int, beam=1
 ) -> tuple[list[list[int]], float]:
     """``translate_batch`` over our batches (pieces in, pieces out), greedy or with ``beam`` beams, in the
-    worker process (``ct2_worker.py``: why): (outputs, seconds of its translate_batch calls). One limit per
-    batch, each output cut at its own; ``min_decoding_length=0`` as ours may produce an empty one."""
+    worker process (``ct2_worker.py``: why): (outputs, seconds). One limit per batch, each output cut at its
+    own; ``min_decoding_length=0`` as ours may produce an empty one. The seconds are those of this function's
+    own work (pieces in, ids out) and of the worker's ``translate_batch`` calls, as when both ran here: the
+    requests' trips through the pipe are left out."""
+    start = time.perf_counter()
     eos = tokenizer.eos_id
     pieces = tokenizer.id_to_piece(list(range(tokenizer.vocab_size)))
     ids = {piece: i for i, piece in enumerate(pieces)}
@@ -207,11 +210,15 @@ def decode_ctranslate2(
     batches = length_batches(src_ids, settings.max_tokens)
     sources = [[[pieces[t] for t in src_ids[i]] + [pieces[eos]] for i in batch] for batch in batches]
     max_lengths = [max(limits[i] for i in batch) for batch in batches]
-    hypotheses, seconds = worker.translate(compute_type, sources, max_lengths, beam, settings.length_penalty)
+    preparing = time.perf_counter() - start
+    hypotheses, translating = worker.translate(
+        compute_type, sources, max_lengths, beam, settings.length_penalty
+    )
+    start = time.perf_counter()
     outputs: list[list[int]] = [[] for _ in src_ids]
-    for i, hypothesis in zip((i for batch in batches for i in batch), hypotheses):
+    for i, hypothesis in zip((i for batch in batches for i in batch), hypotheses, strict=True):
         outputs[i] = cut([ids[piece] for piece in hypothesis], limits[i], eos)
-    return outputs, seconds
+    return outputs, preparing + translating + time.perf_counter() - start
 
 
 OURS, OURS_BEAM = "ours (cached greedy)", "ours beam {beam}"
@@ -225,23 +232,17 @@ RATIOS = {  # the last lines: ratio_<name>=<first engine's sentences/s ÷ the se
 
 
 def load_engines(
-    model, tokenizer, settings, checkpoint, export_dir: Path, device: str, beam: int
-) -> tuple[dict, CTranslate2Process]:
+    model, tokenizer, settings, export_dir: Path, worker: CTranslate2Process, device: str, beam: int
+):
     """{name: (src_ids -> (outputs, seconds), the engine whose lines it is compared with)}: ours in fp32,
-    int8 and bf16 (the last two on the CPU), the checkpoint exported to transformers and CTranslate2 (fp32,
-    int8, in a worker process: ``ct2_worker.py``), each greedy; then ours, generate() and CTranslate2 fp32
-    with ``beam`` beams. Also the worker, to close."""
-    from transformer.interop.marian import export
+    int8 and bf16 (the last two on the CPU), the checkpoint's export in ``export_dir`` in transformers and
+    CTranslate2 (fp32, int8, in ``worker``'s process), each greedy; then ours, generate() and CTranslate2
+    fp32 with ``beam`` beams."""
     from transformer.interop.released import load_pretrained
 
-    if importlib.util.find_spec("ctranslate2") is None:  # not imported here: it runs in the worker
-        raise ImportError("No module named 'ctranslate2'")
-    export(checkpoint, export_dir / "hf", export_dir / "ct2")
     hf_model = load_pretrained(export_dir / "hf")[0].to(device).eval()  # Marian, or Pegasus if pre-norm
     cpu = not device.startswith("cuda")
     sync = (lambda: None) if cpu else torch.cuda.synchronize
-    worker = CTranslate2Process(export_dir / "ct2", "cpu" if cpu else "cuda", ["float32", "int8"],
-                                threads=torch.get_num_threads())  # fmt: skip
     limits = dict(settings=settings, max_positions=model.config.max_positions)
 
     def ours(precision: str, k: int):
@@ -269,7 +270,7 @@ def load_engines(
     engines[beam_name] = (ours("fp32", beam), beam_name)
     engines[f"transformers generate() beam {beam}"] = (hf(beam), beam_name)
     engines[f"CTranslate2 float32 beam {beam}"] = (ctranslate("float32", beam), beam_name)
-    return engines, worker
+    return engines
 
 
 def time_engines(engines: dict, src_ids: list[list[int]], rounds: int) -> tuple[dict, dict]:
@@ -292,16 +293,20 @@ def compare_engines(model, tokenizer, settings, test, checkpoint, args, log=prin
     sentences_per_s, bleu, chrf, differ, at_limit}} and the ratios of ``RATIOS``."""
     src_ids = tokenizer.encode_batch(test.src)
     limits = sentence_limits(src_ids, settings.max_len_offset, model.config.max_positions)
+    from transformer.interop.marian import export
+
+    if importlib.util.find_spec("ctranslate2") is None:  # not imported here: it runs in the worker
+        raise ImportError("No module named 'ctranslate2'")
     with tempfile.TemporaryDirectory() as tmp:
         export_dir = Path(args.export_dir or tmp)
-        engines, worker = load_engines(
-            model, tokenizer, settings, checkpoint, export_dir, args.device, args.beam
-        )
+        export(checkpoint, export_dir / "hf", export_dir / "ct2")
         log(f"exported to {export_dir}/hf (transformers) and {export_dir}/ct2 (CTranslate2)", flush=True)
-        try:
+        threads = torch.get_num_threads()
+        with CTranslate2Process(export_dir / "ct2", args.device, ["float32", "int8"], threads) as worker:
+            if worker.torch_loaded:
+                log("warning: importing ctranslate2 loaded torch into its worker process too", flush=True)
+            engines = load_engines(model, tokenizer, settings, export_dir, worker, args.device, args.beam)
             outputs, seconds = time_engines(engines, src_ids, args.rounds)
-        finally:
-            worker.close()
     results = {}
     for name, (_, reference) in engines.items():
         scores = bleu_chrf(tokenizer.decode_batch(outputs[name]), test.tgt)
