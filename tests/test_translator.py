@@ -204,3 +204,33 @@ def test_long_sources_are_truncated_with_a_warning(translator):
     long = "Hund " * (quiet.max_source_tokens + 5)
     assert len(quiet.translate([long, "Hund"])) == 2
     assert len(warnings) == 1 and warnings[0].startswith("sentence 1:") and "truncated" in warnings[0]
+
+
+def test_decoding_in_another_thread_than_the_builder_warns_once(translator):
+    """On a CPU, PyTorch in two threads runs ~0.6x slower (Translator._check_thread): say so, once; not
+    when the Translator is used where it was built."""
+    import threading
+
+    said = []
+    here = Translator(translator.model, translator.tokenizer, translator.settings, "cpu", warn=said.append)
+    here.translate(["Hund"])
+    assert said == []
+    worker = threading.Thread(target=lambda: [here.translate(["Hund"]) for _ in range(2)], name="server")
+    worker.start()
+    worker.join()
+    assert len(said) == 1 and "'MainThread'" in said[0] and "'server'" in said[0]
+
+
+def test_a_translator_built_in_its_own_thread_does_not_warn(translator):
+    import threading
+
+    said = []
+
+    def build_and_use():
+        own = Translator(translator.model, translator.tokenizer, translator.settings, "cpu", warn=said.append)
+        own.translate(["Hund"])
+
+    worker = threading.Thread(target=build_and_use)
+    worker.start()
+    worker.join()
+    assert said == []

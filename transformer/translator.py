@@ -28,6 +28,7 @@ The line contract of ``translate.py`` holds here too:
 
 import dataclasses
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,6 +151,8 @@ class Translator:
         self.dtype = autocast_dtype(precision, self.device)  # None = fp32
         size_onednn_cache(self.device, self.dtype)  # bf16 on the CPU: keep every shape's kernel (runtime.py)
         self.warn = warn
+        self.home_thread = threading.current_thread()  # the thread that built it (_check_thread)
+        self.warned_thread = False
         self.max_source_tokens = source_token_limit(model.config, settings)
         self.max_target_tokens = model.config.max_positions - 1  # + the start token
         if self.max_source_tokens < 1:
@@ -323,6 +326,7 @@ class Translator:
         """``decode`` (src (B, S), the batch's input rows -> B results) over length-sorted batches of
         ``settings.max_tokens``; results in input order."""
         self.model.eval()
+        self._check_thread()
         lengths = [len(s) for s in src_ids]  # the source length as a guess of the output's, for batching
         batches = make_batches(lengths, lengths, settings.max_tokens, shuffle=False)
         empty = [[] for _ in src_ids]
@@ -339,6 +343,22 @@ class Translator:
                 order += rows
         bar.close()
         return restore_order(outputs, order, len(src_ids))
+
+    def _check_thread(self) -> None:
+        """Warn once when decoding on the CPU in another thread than the one that built this Translator,
+        while that one lives. Two threads that have run PyTorch's parallel operations on a CPU keep two
+        OpenMP thread pools, and then every small operation waits for a sleeping thread to wake: on 2 cores
+        this decoded at 0.6x the speed; built and used in one thread, at full speed (docs/benchmarks.md)."""
+        here = threading.current_thread()
+        if self.device.type != "cpu" or here is self.home_thread or self.warned_thread:
+            return
+        if self.home_thread.is_alive():
+            self.warned_thread = True
+            self.warn(
+                f"this Translator was built in thread {self.home_thread.name!r} and decodes in "
+                f"{here.name!r}: on a CPU, PyTorch in two threads runs ~0.6x slower; build it in the "
+                "thread that uses it"
+            )
 
     @torch.no_grad()
     def sequence_log_probs(
