@@ -20,7 +20,8 @@ same sentences in the same length-sorted batches are decoded greedily by ours in
 int8``: torchao int8 linear layers) and bf16 (autocast), by ``generate(num_beams=1)`` (of ``MarianMTModel``,
 or ``PegasusForConditionalGeneration`` for a pre-norm model) and by
 ``ctranslate2.Translator.translate_batch(beam_size=1)`` in fp32 and int8 (in a process of its own:
-``ct2_worker.py`` says why); then with ``--beam`` beams (default 4) by ours, ``generate(num_beams=4)`` and CTranslate2 fp32, each with the length penalty α of
+``ct2_worker.py`` says why); then with ``--beam`` beams (default 4) by ours, ``generate(num_beams=4)`` and
+CTranslate2 fp32, each with the length penalty α of
 ``--length-penalty`` (default 0.6; ours is GNMT's ((5 + length) / 6)^α, theirs length^α: the same α, not the
 same formula, so their beams may pick other lines). Per engine:
 sentences/s, BLEU and how many lines differ from ours (token ids compared; the same detokenizer for all).
