@@ -219,6 +219,11 @@ def test_decoding_in_another_thread_than_the_builder_warns_once(translator):
     worker.start()
     worker.join()
     assert len(said) == 1 and "'MainThread'" in said[0] and "'server'" in said[0]
+    scorer = Translator(translator.model, translator.tokenizer, translator.settings, "cpu", warn=said.append)
+    worker = threading.Thread(target=lambda: scorer.score(["Hund"], ["Dog"]), name="scoring")
+    worker.start()
+    worker.join()
+    assert len(said) == 2 and "'scoring'" in said[1]  # scoring runs the model too
 
 
 def test_a_translator_built_in_its_own_thread_does_not_warn(translator):

@@ -369,6 +369,7 @@ class Translator:
         limit), summed, under the distribution the searches decode from (PAD and the start token ruled out).
         Exactly the tokens given are scored: never more positions than the model has."""
         self.model.eval()
+        self._check_thread()
         model = self.model
         # tgt_in = start + every scored token but the last: one position per scored token, never more
         inputs = [t if eos else t[:-1] for t, eos in zip(tgt_ids, with_eos)]
