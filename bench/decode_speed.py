@@ -17,7 +17,7 @@ Last line: speedup_cache=<cached greedy sentences/s ÷ uncached greedy sentences
 ``--compare`` measures instead our decoding against the inference engines users deploy with: the checkpoint is
 exported (``transformer.interop.marian.export``) to a transformers folder and a CTranslate2 model, and the
 same sentences in the same length-sorted batches are decoded greedily by ours in fp32, int8 (``--precision
-int8``: torchao int8 linear layers) and bf16 (autocast), by ``generate(num_beams=1)`` (of ``MarianMTModel``,
+int8``: torchao int8 linear layers), int8-bf16 (the same int8 weights, bf16 products) and bf16 (autocast), by ``generate(num_beams=1)`` (of ``MarianMTModel``,
 or ``PegasusForConditionalGeneration`` for a pre-norm model) and by
 ``ctranslate2.Translator.translate_batch(beam_size=1)`` in fp32 and int8 (in a process of its own:
 ``ct2_worker.py`` says why); then with ``--beam`` beams (default 4) by ours, ``generate(num_beams=4)`` and
@@ -31,8 +31,9 @@ take one limit per call, so each batch gets its largest sentence limit L (``max_
 limit, which is exact for greedy search (a row's tokens do not depend on the other rows'). The engines
 take turns, ``--rounds`` times (default 3), and each one's fastest round counts: on a shared machine a slow
 phase then hits all of them, where one run each could hand one engine the slow minute. Last lines,
-ours ÷ theirs in sentences/s: ``ratio_vs_hf=``, ``ratio_vs_ct2=`` (greedy fp32), ``ratio_int8_vs_ct2_int8=``,
-``ratio_beam4_vs_hf=``, ``ratio_beam4_vs_ct2=``.
+ours ÷ theirs in sentences/s: ``ratio_bf16_vs_ct2_int8=``, ``ratio_int8_bf16_vs_ct2_int8=``, then
+``ratio_vs_hf=``, ``ratio_vs_ct2=`` (greedy fp32), ``ratio_int8_vs_ct2_int8=``, ``ratio_beam4_vs_hf=``,
+``ratio_beam4_vs_ct2=``.
 
     python bench/decode_speed.py --compare --checkpoint RUN/best.pt [--limit N] [--rounds N] [--export-dir D]
 """
@@ -224,6 +225,8 @@ def decode_ctranslate2(
 
 OURS, OURS_BEAM = "ours (cached greedy)", "ours beam {beam}"
 RATIOS = {  # the last lines: ratio_<name>=<first engine's sentences/s ÷ the second's>
+    "bf16_vs_ct2_int8": ("ours bf16 (cached greedy)", "CTranslate2 int8"),
+    "int8_bf16_vs_ct2_int8": ("ours int8-bf16 (cached greedy)", "CTranslate2 int8"),
     "vs_hf": (OURS, "transformers generate()"),
     "vs_ct2": (OURS, "CTranslate2 float32"),
     "int8_vs_ct2_int8": ("ours int8 (cached greedy)", "CTranslate2 int8"),
@@ -236,7 +239,7 @@ def load_engines(
     model, tokenizer, settings, export_dir: Path, worker: CTranslate2Process, device: str, beam: int
 ):
     """{name: (src_ids -> (outputs, seconds), the engine whose lines it is compared with)}: ours in fp32,
-    int8 and bf16 (the last two on the CPU), the checkpoint's export in ``export_dir`` in transformers and
+    int8, int8-bf16 and bf16 (the last three on the CPU), the checkpoint's export in ``export_dir`` in transformers and
     CTranslate2 (fp32, int8, in ``worker``'s process), each greedy; then ours, generate() and CTranslate2
     fp32 with ``beam`` beams."""
     from transformer.interop.released import load_pretrained
@@ -265,7 +268,7 @@ def load_engines(
 
     beam_name = OURS_BEAM.format(beam=beam)
     engines = {OURS: (ours("fp32", 1), OURS)}
-    engines |= {f"ours {p} (cached greedy)": (ours(p, 1), OURS) for p in ("int8", "bf16") if cpu}
+    engines |= {f"ours {p} (cached greedy)": (ours(p, 1), OURS) for p in ("int8", "int8-bf16", "bf16") if cpu}
     engines["transformers generate()"] = (hf(1), OURS)
     engines |= {f"CTranslate2 {kind}": (ctranslate(kind, 1), OURS) for kind in ("float32", "int8")}
     engines[beam_name] = (ours("fp32", beam), beam_name)

@@ -1,4 +1,4 @@
-"""bench/decode_speed.py --compare on the tiny checkpoint: ours (fp32, int8, bf16), transformers generate()
+"""bench/decode_speed.py --compare on the tiny checkpoint: ours (fp32, int8, int8-bf16, bf16), transformers generate()
 and CTranslate2 (fp32, int8) decode the same 16 sentences in the same batches, greedy and with 4 beams; fp32
 greedy outputs agree line for line, and the ratio lines are the sentences/s printed above them."""
 
@@ -14,11 +14,14 @@ pytest.importorskip("ctranslate2")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import decode_speed  # noqa: E402
 
-ENGINES = ["ours (cached greedy)", "ours int8 (cached greedy)", "ours bf16 (cached greedy)",
+ENGINES = ["ours (cached greedy)", "ours int8 (cached greedy)", "ours int8-bf16 (cached greedy)",
+           "ours bf16 (cached greedy)",
            "transformers generate()", "CTranslate2 float32", "CTranslate2 int8", "ours beam 4",
            "transformers generate() beam 4", "CTranslate2 float32 beam 4"]  # fmt: skip
 LINE = r"^\s*{}: +[\d.]+ s +([\d.]+) sentences/s  BLEU +[\d.]+  lines differing from (.+?): (\d+) of 16"
-RATIOS = {"vs_hf": ("ours (cached greedy)", "transformers generate()"),
+RATIOS = {"bf16_vs_ct2_int8": ("ours bf16 (cached greedy)", "CTranslate2 int8"),
+          "int8_bf16_vs_ct2_int8": ("ours int8-bf16 (cached greedy)", "CTranslate2 int8"),
+          "vs_hf": ("ours (cached greedy)", "transformers generate()"),
           "vs_ct2": ("ours (cached greedy)", "CTranslate2 float32"),
           "int8_vs_ct2_int8": ("ours int8 (cached greedy)", "CTranslate2 int8"),
           "beam4_vs_hf": ("ours beam 4", "transformers generate() beam 4"),

@@ -1,6 +1,7 @@
-"""int8 decoding (transformer/quantize.py, translate.py --precision int8): every linear layer of a copy of the
-model holds int8 weights with a scale per output channel, the model itself is left untouched, the logits stay
-close to fp32's while really differing, and the int8 translator translates like the fp32 one."""
+"""int8 decoding (transformer/quantize.py, translate.py --precision int8 | int8-bf16): every linear layer of a
+copy of the model holds int8 weights with a scale per output channel, the rest of the copy is fp32 (int8) or
+bf16 (int8-bf16), the model itself is left untouched, the logits stay close to fp32's while really
+differing, and the quantized translator translates and scores like the fp32 one."""
 
 import pytest
 import torch
@@ -8,7 +9,7 @@ from torch import nn
 
 import translate
 from transformer.checkpoint import load_for_inference
-from transformer.quantize import int8_model
+from transformer.quantize import QUANTIZED, quantized_model
 from transformer.translator import Translator
 
 pytest.importorskip("torchao")
@@ -23,10 +24,11 @@ LINES = [
 ]
 
 
-def test_every_linear_layer_is_int8_per_channel_and_the_model_is_untouched(tiny_checkpoint):
+@pytest.mark.parametrize("precision", QUANTIZED)
+def test_every_linear_layer_is_int8_per_channel_and_the_model_is_untouched(tiny_checkpoint, precision):
     model, tokenizer, _ = load_for_inference(tiny_checkpoint)
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    quantized = int8_model(model)
+    quantized = quantized_model(model, precision)
     linears = {name: m for name, m in quantized.named_modules() if isinstance(m, nn.Linear)}
     assert {"output_proj", "encoder.layers.0.ffn.linear1", "decoder.layers.0.cross_attn.qkv_proj"} <= set(
         linears
@@ -34,19 +36,24 @@ def test_every_linear_layer_is_int8_per_channel_and_the_model_is_untouched(tiny_
     for name, linear in linears.items():
         assert linear.weight.qdata.dtype == torch.int8, name
         assert linear.weight.scale.numel() == linear.out_features, name  # one scale per output channel
+    rest = {name: p for name, p in quantized.named_parameters() if not hasattr(p, "qdata")}
+    assert "encoder.layers.0.ffn_norm.weight" in rest and "encoder.embedding.embedding.weight" in rest
+    for name, tensor in rest.items():  # embeddings, LayerNorm, biases: the dtype of the products
+        assert tensor.dtype == (torch.bfloat16 if precision == "int8-bf16" else torch.float32), name
     for name, tensor in model.state_dict().items():
         assert tensor.dtype == torch.float32 and torch.equal(tensor, before[name]), name
     src = torch.tensor([tokenizer.encode(line) + [tokenizer.eos_id] for line in LINES[:1]])  # (1, S)
     tgt_in = torch.tensor([[tokenizer.bos_id] + tokenizer.encode("A man in an orange hat.")])  # (1, T)
     with torch.no_grad():
-        reference, got = model(src, tgt_in), quantized(src, tgt_in)  # (1, T, V)
+        reference, got = model(src, tgt_in), quantized(src, tgt_in).float()  # (1, T, V)
     error = ((got - reference).abs().max() / reference.abs().max()).item()
     assert 0 < error < 0.05, error
 
 
-def test_the_int8_translator_translates_like_fp32(tiny_checkpoint, capsys, tmp_path):
+@pytest.mark.parametrize("precision", QUANTIZED)
+def test_the_int8_translator_translates_like_fp32(tiny_checkpoint, capsys, tmp_path, precision):
     fp32 = Translator.from_checkpoint(tiny_checkpoint)
-    int8 = Translator.from_checkpoint(tiny_checkpoint, precision="int8")
+    int8 = Translator.from_checkpoint(tiny_checkpoint, precision=precision)
     assert isinstance(int8.model.output_proj.weight.qdata, torch.Tensor)
     same = sum(a == b for a, b in zip(fp32.translate(LINES), int8.translate(LINES)))
     assert same >= len(LINES) - 2, same
@@ -56,7 +63,7 @@ def test_the_int8_translator_translates_like_fp32(tiny_checkpoint, capsys, tmp_p
     source = tmp_path / "in.de"
     source.write_text("".join(line + "\n" for line in LINES), encoding="utf-8")
     assert (
-        translate.main(["--checkpoint", str(tiny_checkpoint), "--input", str(source), "--precision", "int8"])
+        translate.main(["--checkpoint", str(tiny_checkpoint), "--input", str(source), "--precision", precision])
         == 0
     )
     assert capsys.readouterr().out.splitlines() == int8.translate(LINES)

@@ -1,24 +1,35 @@
-"""int8 decoding: a copy of a trained model whose linear layers multiply in int8, for ``--precision int8``.
+"""int8 decoding: a copy of a trained model whose linear layers hold int8 weights, for ``--precision int8``
+and ``--precision int8-bf16``.
 
 Every ``nn.Linear`` (the attention projections, the feed-forward layers and the output projection) keeps
-its weight as int8 with one scale per output channel, and quantizes its input to int8 per token at run time
-(dynamic quantization, what CTranslate2's int8 does); the products are summed in int32 and scaled back to
-fp32. Everything else stays fp32: the embeddings, LayerNorm, softmax, and the attention's own matmuls of
-activations by activations (Eq. 1), which have no weights to quantize.
+its weight as int8 with one scale per output channel. The two precisions differ in what the weights are
+multiplied with:
 
-It goes through ``torchao`` (``quantize_`` with ``Int8DynamicActivationInt8WeightConfig``), the maintained
-successor of ``torch.ao.quantization``, whose dynamic quantization is deprecated; no matmul here is written
-by hand. The optional extra ``pip install -e ".[int8]"`` installs it; the rest of the package never imports
-it. Decoding only: a quantized model is never trained or saved.
+- ``int8``: the input of each linear layer is quantized to int8 per token at run time (dynamic
+  quantization, what CTranslate2's ``int8`` does); the products are summed in int32 and scaled back to fp32.
+  Everything else stays fp32: the embeddings, LayerNorm, softmax, and the attention's own matmuls of
+  activations by activations (Eq. 1), which have no weights to quantize.
+- ``int8-bf16``: the whole model runs in bf16 and each linear layer multiplies its bf16 input by its int8
+  weights, widened to bf16 inside the kernel (weight-only quantization): int8 storage, bf16 products. For
+  CPUs with bf16 instructions (AVX512-BF16 or AMX). Not CTranslate2's ``int8_bfloat16``, which multiplies
+  in int8 and keeps bf16 for the other layers.
 
-Speed, measured (docs/benchmarks.md): on a CPU, torchao's int8 linear layer is written to be fused by
-Inductor (``torch.compile``); run eagerly, as here, its per-token quantization costs more than the int8
-matmul saves, and greedy decoding runs at about two thirds of the fp32 speed. Compiling each quantized layer
-(``torch.compile(dynamic=True)``) makes a feed-forward block 2x faster than fp32 alone, but recompiles for
-every layer's weight and hits Dynamo's recompile limit within one translation. ``bench/int8_linear.py``
-times the same math without the tensor subclass: 2-4x faster than torchao's layer, yet still slower than
-fp32 at decoding's 8-64 rows in every layer but the output layer, on a CPU with AMX. What int8 gives today
-is weights four times smaller, with BLEU within noise of fp32.
+Both go through ``torchao`` (``quantize_`` with ``Int8DynamicActivationInt8WeightConfig`` or
+``Int8WeightOnlyConfig``), the maintained successor of ``torch.ao.quantization``, whose dynamic
+quantization is deprecated; no matmul here is written by hand. The optional extra ``pip install -e
+".[int8]"`` installs it; the rest of the package never imports it. Decoding only: a quantized model is
+never trained or saved. Scores (log-probabilities, beam sums) stay fp32 in both.
+
+Speed, measured (docs/benchmarks.md), on a CPU with AMX: ``int8-bf16`` greedy decoding runs ~1.2x our fp32
+and above CTranslate2 ``int8``, with weights half the size of bf16's; ``int8`` runs at about two thirds of
+fp32. On a CPU, torchao's dynamic int8 linear layer is written to be fused by Inductor
+(``torch.compile``); run eagerly, as here, its per-token quantization of the input costs more than the int8
+matmul saves. Compiling each quantized layer (``torch.compile(dynamic=True)``) makes a feed-forward block 2x
+faster than fp32 alone, but recompiles for every layer's weight and hits Dynamo's recompile limit within
+one translation. ``bench/int8_linear.py`` times the same math without the tensor subclass: 2-4x faster than
+torchao's layer, yet still slower than fp32 at decoding's 8-64 rows in every layer but the output layer.
+The fastest on such a CPU stays ``--precision bf16``; ``int8-bf16`` trades a little of its speed for linear
+weights half their bf16 size (a quarter of fp32's).
 """
 
 import copy
@@ -26,16 +37,24 @@ import logging
 
 from transformer.model import Transformer
 
-INT8 = "int8"  # the decoding precision that quantizes (translate.py --precision int8)
+INT8 = "int8"  # int8 weights, int8 inputs quantized per token (translate.py --precision int8)
+INT8_BF16 = "int8-bf16"  # int8 weights, bf16 inputs and products (translate.py --precision int8-bf16)
+QUANTIZED = (INT8, INT8_BF16)  # the decoding precisions that quantize
 
 
-def int8_model(model: Transformer) -> Transformer:
-    """A quantized copy of ``model`` (in eval mode, on the CPU); ``model`` itself is left as it is."""
+def quantized_model(model: Transformer, precision: str) -> Transformer:
+    """A copy of ``model`` with int8 linear layers for ``precision`` (one of ``QUANTIZED``), in eval mode,
+    on the CPU; ``model`` itself is left as it is."""
     logging.getLogger("torchao").setLevel(logging.ERROR)  # its optional GPU kernels fail to load on a CPU
     try:
-        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig, quantize_
     except ImportError:
-        raise ValueError('--precision int8 needs torchao: pip install -e ".[int8]"') from None
+        raise ValueError(f'--precision {precision} needs torchao: pip install -e ".[int8]"') from None
     quantized = copy.deepcopy(model).cpu().eval()
-    quantize_(quantized, Int8DynamicActivationInt8WeightConfig())  # every nn.Linear, in place
+    if precision == INT8:
+        quantize_(quantized, Int8DynamicActivationInt8WeightConfig())  # every nn.Linear, in place
+    elif precision == INT8_BF16:
+        quantize_(quantized.bfloat16(), Int8WeightOnlyConfig())  # every parameter bf16, then nn.Linear int8
+    else:
+        raise ValueError(f"quantized precisions are {', '.join(QUANTIZED)}, got {precision!r}")
     return quantized

@@ -55,13 +55,14 @@ def _cpu_has(feature: str) -> bool:
 def slow_precision(precision: str, device: torch.device) -> str | None:
     """Why ``precision`` ("bf16", "int8", ...) runs SLOWER than fp32 on this CPU, or None when it need not.
 
-    bf16 autocast on a CPU without AVX512-BF16 or AMX multiplies in emulated bf16, and int8 (torchao)
+    bf16 (autocast, or int8-bf16's bf16 products) on a CPU without AVX512-BF16 or AMX multiplies in emulated
+    bf16, and int8 (torchao)
     without VNNI or AMX falls back to a reference int8 matmul. On a 2-core AVX2 CPU (docs/benchmarks.md)
     greedy decoding ran at 0.18x fp32's speed in bf16 and 0.07x in int8, a 256-1024 int8 matmul at 1/46.
     """
     if device.type != "cpu":
         return None
-    if precision == "bf16" and not (_cpu_has("avx512_bf16") or _cpu_has("amx_tile")):
+    if precision in ("bf16", "int8-bf16") and not (_cpu_has("avx512_bf16") or _cpu_has("amx_tile")):
         return (
             "this CPU has no bf16 matrix instructions (AVX512-BF16 or AMX): bf16 runs emulated, several "
             "times slower than fp32 here; use fp32"

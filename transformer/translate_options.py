@@ -123,7 +123,8 @@ def add_output_arguments(parser) -> None:
     parser.add_argument(
         "--precision", default="auto", choices=DECODE_PRECISIONS,
         help="autocast as in validation: auto = bf16 on CUDA, fp32 on the CPU; int8: int8 linear layers on "
-        "the CPU (torchao, the extra .[int8]) (default: auto)",
+        "the CPU (torchao, the extra .[int8]); int8-bf16: the same weights, bf16 inputs and products "
+        "(default: auto)",
     )  # fmt: skip
 
 

@@ -46,7 +46,7 @@ from transformer.evaluation import bleu_chrf
 from transformer.interop.released import is_released
 from transformer.model import Attention, Transformer
 from transformer.packed import WORTH_PACKING, packed_decoder
-from transformer.quantize import INT8, int8_model
+from transformer.quantize import QUANTIZED, quantized_model
 from transformer.runtime import autocast, autocast_dtype, resolve_device, size_onednn_cache, slow_precision
 from transformer.sampling import Sampling, sample_tokens
 from transformer.tokenizer import Tokenizer
@@ -139,14 +139,15 @@ class Translator:
     ):
         """``settings``: beam size, length penalty, batch size (max_tokens) and max_len_offset.
         ``precision``: the autocast of validation: "auto" (bf16 on CUDA, fp32 on the CPU), "fp32", "bf16",
-        "fp16"; or "int8" on the CPU: a copy of the model with int8 linear layers (``quantize.py``)."""
+        "fp16"; or on the CPU "int8" / "int8-bf16": a copy of the model with int8 linear layers
+        (``quantize.py``), run without autocast."""
         self.device = torch.device(device)
         if (slow := slow_precision(precision, self.device)) is not None:
             warn(f"--precision {precision}: {slow}")
-        if precision == INT8:
+        if precision in QUANTIZED:
             if self.device.type != "cpu":
-                raise ValueError(f"precision int8 decodes on the CPU, not on {self.device}")
-            model, precision = int8_model(model), "fp32"
+                raise ValueError(f"precision {precision} decodes on the CPU, not on {self.device}")
+            model, precision = quantized_model(model, precision), "fp32"  # "fp32": no autocast
         self.model, self.tokenizer, self.settings = model.to(self.device).eval(), tokenizer, settings
         self.dtype = autocast_dtype(precision, self.device)  # None = fp32
         size_onednn_cache(self.device, self.dtype)  # bf16 on the CPU: keep every shape's kernel (runtime.py)
