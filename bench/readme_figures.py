@@ -130,13 +130,14 @@ def results_table(figures: dict) -> str:
     rows = training_rows(figures) + [
         (f"{compare['checkpoint']} exported to transformers / CTranslate2 fp32",
          f"{compare['identical_lines']} of {compare['lines']} test translations identical to ours"),
-        (f"greedy decoding speed, same checkpoint: ours fp32 / bf16 / int8 vs `generate()` vs CTranslate2 "
-         f"fp32 / int8 ({compare['date']})",
-         f"{compare['ours']:.0f} / {compare['ours_bf16']:.0f} / {compare['ours_int8']:.0f} vs "
-         f"{compare['hf_generate']:.0f} vs {compare['ct2_fp32']:.0f} / {compare['ct2_int8']:.0f} sentences/s "
-         f"(ours {compare['ours'] / compare['hf_generate']:.2f}× `generate()`, "
-         f"{compare['ours'] / compare['ct2_fp32']:.2f}× CTranslate2 fp32; bf16 "
-         f"{compare['ours_bf16'] / compare['ct2_int8']:.2f}× CTranslate2 int8)"),
+        (f"greedy decoding speed, same checkpoint: ours fp32 / bf16 / int8-bf16 / int8 vs `generate()` vs "
+         f"CTranslate2 fp32 / int8 ({compare['date']})",
+         f"{compare['ours']:.0f} / {compare['ours_bf16']:.0f} / {compare['ours_int8_bf16']:.0f} / "
+         f"{compare['ours_int8']:.0f} vs {compare['hf_generate']:.0f} vs {compare['ct2_fp32']:.0f} / "
+         f"{compare['ct2_int8']:.0f} sentences/s (ours {compare['ours'] / compare['hf_generate']:.2f}× "
+         f"`generate()`, {compare['ours'] / compare['ct2_fp32']:.2f}× CTranslate2 fp32; bf16 "
+         f"{compare['ours_bf16'] / compare['ct2_int8']:.2f}× and int8-bf16 "
+         f"{compare['ours_int8_bf16'] / compare['ct2_int8']:.2f}× CTranslate2 int8)"),
         (f"beam 4 decoding speed, same checkpoint: ours vs `generate(num_beams=4)` vs CTranslate2 fp32 "
          f"({compare['date']})",
          f"{beam['ours']:.0f} vs {beam['hf_generate']:.0f} vs {beam['ct2_fp32']:.0f} sentences/s (ours "
