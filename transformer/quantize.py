@@ -10,9 +10,10 @@ multiplied with:
   Everything else stays fp32: the embeddings, LayerNorm, softmax, and the attention's own matmuls of
   activations by activations (Eq. 1), which have no weights to quantize.
 - ``int8-bf16``: the whole model runs in bf16 and each linear layer multiplies its bf16 input by its int8
-  weights, widened to bf16 inside the kernel (weight-only quantization): int8 storage, bf16 products. For
-  CPUs with bf16 instructions (AVX512-BF16 or AMX). Not CTranslate2's ``int8_bfloat16``, which multiplies
-  in int8 and keeps bf16 for the other layers.
+  weights widened to bf16 (torchao's weight-only quantization: the widened copy is made at every call, then
+  one bf16 matmul and the scales): int8 storage, bf16 products. For CPUs with bf16 instructions
+  (AVX512-BF16 or AMX). Not CTranslate2's ``int8_bfloat16``, which multiplies in int8 and keeps bf16 for
+  the other layers.
 
 Both go through ``torchao`` (``quantize_`` with ``Int8DynamicActivationInt8WeightConfig`` or
 ``Int8WeightOnlyConfig``), the maintained successor of ``torch.ao.quantization``, whose dynamic
