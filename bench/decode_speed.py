@@ -17,12 +17,12 @@ Last line: speedup_cache=<cached greedy sentences/s ÷ uncached greedy sentences
 ``--compare`` measures instead our decoding against the inference engines users deploy with: the checkpoint is
 exported (``transformer.interop.marian.export``) to a transformers folder and a CTranslate2 model, and the
 same sentences in the same length-sorted batches are decoded greedily by ours in fp32, int8 (``--precision
-int8``: torchao int8 linear layers), int8-bf16 (the same int8 weights, bf16 products) and bf16 (autocast), by ``generate(num_beams=1)`` (of ``MarianMTModel``,
-or ``PegasusForConditionalGeneration`` for a pre-norm model) and by
-``ctranslate2.Translator.translate_batch(beam_size=1)`` in fp32 and int8 (in a process of its own:
-``ct2_worker.py`` says why); then with ``--beam`` beams (default 4) by ours, ``generate(num_beams=4)`` and
-CTranslate2 fp32, each with the length penalty α of
-``--length-penalty`` (default 0.6; ours is GNMT's ((5 + length) / 6)^α, theirs length^α: the same α, not the
+int8``: torchao int8 linear layers), int8-bf16 (the same int8 weights, bf16 products) and bf16 (autocast),
+by ``generate(num_beams=1)`` (of ``MarianMTModel``, or ``PegasusForConditionalGeneration`` for a pre-norm
+model) and by ``ctranslate2.Translator.translate_batch(beam_size=1)`` in fp32 and int8 (in a process of its
+own: ``ct2_worker.py`` says why); then with ``--beam`` beams (default 4) by ours, ``generate(num_beams=4)``
+and CTranslate2 fp32, each with the length penalty α of ``--length-penalty`` (default 0.6; ours is GNMT's
+((5 + length) / 6)^α, theirs length^α: the same α, not the
 same formula, so their beams may pick other lines). Per engine:
 sentences/s, BLEU and how many lines differ from ours (token ids compared; the same detokenizer for all).
 Lengths: ours stops each sentence at source length + ``eval.max_len_offset``; generate() and CTranslate2
@@ -239,9 +239,9 @@ def load_engines(
     model, tokenizer, settings, export_dir: Path, worker: CTranslate2Process, device: str, beam: int
 ):
     """{name: (src_ids -> (outputs, seconds), the engine whose lines it is compared with)}: ours in fp32,
-    int8, int8-bf16 and bf16 (the last three on the CPU), the checkpoint's export in ``export_dir`` in transformers and
-    CTranslate2 (fp32, int8, in ``worker``'s process), each greedy; then ours, generate() and CTranslate2
-    fp32 with ``beam`` beams."""
+    int8, int8-bf16 and bf16 (the last three on the CPU), the checkpoint's export in ``export_dir`` in
+    transformers and CTranslate2 (fp32, int8, in ``worker``'s process), each greedy; then ours, generate()
+    and CTranslate2 fp32 with ``beam`` beams."""
     from transformer.interop.released import load_pretrained
 
     hf_model = load_pretrained(export_dir / "hf")[0].to(device).eval()  # Marian, or Pegasus if pre-norm

@@ -1,6 +1,7 @@
-"""bench/decode_speed.py --compare on the tiny checkpoint: ours (fp32, int8, int8-bf16, bf16), transformers generate()
-and CTranslate2 (fp32, int8) decode the same 16 sentences in the same batches, greedy and with 4 beams; fp32
-greedy outputs agree line for line, and the ratio lines are the sentences/s printed above them."""
+"""bench/decode_speed.py --compare on the tiny checkpoint: ours (fp32, int8, int8-bf16, bf16), transformers
+generate() and CTranslate2 (fp32, int8) decode the same 16 sentences in the same batches, greedy and with 4
+beams; fp32 greedy outputs agree line for line, and the ratio lines are the sentences/s printed above
+them."""
 
 import re
 import sys

@@ -3,6 +3,8 @@ copy of the model holds int8 weights with a scale per output channel, the rest o
 bf16 (int8-bf16), the model itself is left untouched, the logits stay close to fp32's while really
 differing, and the quantized translator translates and scores like the fp32 one."""
 
+import os
+
 import pytest
 import torch
 from torch import nn
@@ -30,12 +32,13 @@ def test_every_linear_layer_is_int8_per_channel_and_the_model_is_untouched(tiny_
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     quantized = quantized_model(model, precision)
     linears = {name: m for name, m in quantized.named_modules() if isinstance(m, nn.Linear)}
-    assert {"output_proj", "encoder.layers.0.ffn.linear1", "decoder.layers.0.cross_attn.qkv_proj"} <= set(
-        linears
-    )
+    assert {"encoder.layers.0.ffn.linear1", "decoder.layers.0.cross_attn.qkv_proj"} <= set(linears)
+    tied = quantized.output_proj.weight  # the target embedding's matrix (§3.4): stored once, not quantized
+    assert tied is quantized.decoder.embedding.embedding.weight and not hasattr(tied, "qdata")
     for name, linear in linears.items():
-        assert linear.weight.qdata.dtype == torch.int8, name
-        assert linear.weight.scale.numel() == linear.out_features, name  # one scale per output channel
+        if name != "output_proj":
+            assert linear.weight.qdata.dtype == torch.int8, name
+            assert linear.weight.scale.numel() == linear.out_features, name  # one scale per output channel
     rest = {name: p for name, p in quantized.named_parameters() if not hasattr(p, "qdata")}
     assert "encoder.layers.0.ffn_norm.weight" in rest and "encoder.embedding.embedding.weight" in rest
     for name, tensor in rest.items():  # embeddings, LayerNorm, biases: the dtype of the products
@@ -54,7 +57,7 @@ def test_every_linear_layer_is_int8_per_channel_and_the_model_is_untouched(tiny_
 def test_the_int8_translator_translates_like_fp32(tiny_checkpoint, capsys, tmp_path, precision):
     fp32 = Translator.from_checkpoint(tiny_checkpoint)
     int8 = Translator.from_checkpoint(tiny_checkpoint, precision=precision)
-    assert isinstance(int8.model.output_proj.weight.qdata, torch.Tensor)
+    assert isinstance(int8.model.decoder.layers[0].ffn.linear1.weight.qdata, torch.Tensor)
     same = sum(a == b for a, b in zip(fp32.translate(LINES), int8.translate(LINES)))
     assert same >= len(LINES) - 2, same
     scores = torch.tensor(int8.score(LINES[:2], ["A man in an orange hat.", "A dog runs on the grass."]))
@@ -62,8 +65,34 @@ def test_the_int8_translator_translates_like_fp32(tiny_checkpoint, capsys, tmp_p
     torch.testing.assert_close(scores, reference, rtol=0.05, atol=0.1)
     source = tmp_path / "in.de"
     source.write_text("".join(line + "\n" for line in LINES), encoding="utf-8")
-    assert (
-        translate.main(["--checkpoint", str(tiny_checkpoint), "--input", str(source), "--precision", precision])
-        == 0
-    )
+    argv = ["--checkpoint", str(tiny_checkpoint), "--input", str(source), "--precision", precision]
+    assert translate.main(argv) == 0
     assert capsys.readouterr().out.splitlines() == int8.translate(LINES)
+
+
+@pytest.mark.parametrize("precision", QUANTIZED)
+def test_beam_search_nbest_and_prefixes_score_in_fp32_like_fp32(tiny_checkpoint, precision):
+    """Beam search ranks by sums of log-probabilities: those stay fp32 (bf16 keeps 3 digits) and close to
+    fp32's; a prefix is kept and counted in the score."""
+    fp32 = Translator.from_checkpoint(tiny_checkpoint)
+    int8 = Translator.from_checkpoint(tiny_checkpoint, precision=precision)
+    got, reference = (t.translate(LINES, beam=3, nbest=2) for t in (int8, fp32))
+    assert sum(a[0] == b[0] for a, b in zip(got, reference)) >= len(LINES) - 2
+    sources = int8.encode(LINES)
+    prefixes = [int8.tokenizer.encode("A dog")] + [[]] * (len(LINES) - 1)
+    for found in (int8.translate_ids(sources, 3, 2), int8.translate_ids(sources, 3, 2, prefixes=prefixes)):
+        best = [hyps[0] for hyps in found]
+        rescored = int8.score_ids(sources, [h.ids for h in best], [h.ended for h in best])  # teacher-forced
+        searched = torch.tensor([h.log_prob for h in best])
+        torch.testing.assert_close(searched, torch.tensor(rescored), rtol=0.01, atol=0.01)
+    assert best[0].ids[: len(prefixes[0])] == prefixes[0]
+
+
+def test_int8_bf16_keeps_onednn_kernels_as_bf16_does(tiny_checkpoint, monkeypatch):
+    """Its products are bf16 matmuls, through oneDNN: the kernel cache is sized as for bf16 (runtime.py)."""
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")  # recorded, so undone after the test
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    Translator.from_checkpoint(tiny_checkpoint, precision="int8")
+    assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ  # int8 multiplies in int8 and fp32
+    Translator.from_checkpoint(tiny_checkpoint, precision="int8-bf16")
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16384"

@@ -56,9 +56,9 @@ def slow_precision(precision: str, device: torch.device) -> str | None:
     """Why ``precision`` ("bf16", "int8", ...) runs SLOWER than fp32 on this CPU, or None when it need not.
 
     bf16 (autocast, or int8-bf16's bf16 products) on a CPU without AVX512-BF16 or AMX multiplies in emulated
-    bf16, and int8 (torchao)
-    without VNNI or AMX falls back to a reference int8 matmul. On a 2-core AVX2 CPU (docs/benchmarks.md)
-    greedy decoding ran at 0.18x fp32's speed in bf16 and 0.07x in int8, a 256-1024 int8 matmul at 1/46.
+    bf16, and int8 (torchao) without VNNI or AMX falls back to a reference int8 matmul. On a 2-core AVX2 CPU
+    (docs/benchmarks.md) greedy decoding ran at 0.18x fp32's speed in bf16 and 0.07x in int8, a 256-1024
+    int8 matmul at 1/46.
     """
     if device.type != "cpu":
         return None

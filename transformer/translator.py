@@ -46,7 +46,7 @@ from transformer.evaluation import bleu_chrf
 from transformer.interop.released import is_released
 from transformer.model import Attention, Transformer
 from transformer.packed import WORTH_PACKING, packed_decoder
-from transformer.quantize import QUANTIZED, quantized_model
+from transformer.quantize import INT8_BF16, QUANTIZED, quantized_model
 from transformer.runtime import autocast, autocast_dtype, resolve_device, size_onednn_cache, slow_precision
 from transformer.sampling import Sampling, sample_tokens
 from transformer.tokenizer import Tokenizer
@@ -147,10 +147,13 @@ class Translator:
         if precision in QUANTIZED:
             if self.device.type != "cpu":
                 raise ValueError(f"precision {precision} decodes on the CPU, not on {self.device}")
+            products = torch.bfloat16 if precision == INT8_BF16 else None  # the dtype its matmuls run in
             model, precision = quantized_model(model, precision), "fp32"  # "fp32": no autocast
+        else:
+            products = autocast_dtype(precision, self.device)  # None = fp32
         self.model, self.tokenizer, self.settings = model.to(self.device).eval(), tokenizer, settings
         self.dtype = autocast_dtype(precision, self.device)  # None = fp32
-        size_onednn_cache(self.device, self.dtype)  # bf16 on the CPU: keep every shape's kernel (runtime.py)
+        size_onednn_cache(self.device, products)  # bf16 on the CPU: keep every shape's kernel (runtime.py)
         self.warn = warn
         self.home_thread = threading.current_thread()  # the thread that built it (_check_thread)
         self.warned_thread = False
