@@ -4,6 +4,7 @@ bf16 (int8-bf16), the model itself is left untouched, the logits stay close to f
 differing, and the quantized translator translates and scores like the fp32 one."""
 
 import os
+import sys
 
 import pytest
 import torch
@@ -96,3 +97,15 @@ def test_int8_bf16_keeps_onednn_kernels_as_bf16_does(tiny_checkpoint, monkeypatc
     assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ  # int8 multiplies in int8 and fp32
     Translator.from_checkpoint(tiny_checkpoint, precision="int8-bf16")
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16384"
+
+
+@pytest.mark.parametrize("precision", QUANTIZED)
+def test_quantizing_needs_torchao_and_a_cpu_and_says_so(tiny_checkpoint, monkeypatch, precision):
+    model, tokenizer, config = load_for_inference(tiny_checkpoint)
+    with pytest.raises(ValueError, match=f"precision {precision} decodes on the CPU, not on cuda"):
+        Translator(model, tokenizer, config.eval, "cuda", precision)  # refused before anything moves
+    with pytest.raises(ValueError, match="quantized precisions are int8, int8-bf16, got 'fp8'"):
+        quantized_model(model, "fp8")
+    monkeypatch.setitem(sys.modules, "torchao.quantization", None)  # as if torchao were not installed
+    with pytest.raises(ValueError, match=rf"--precision {precision} needs torchao: pip install -e \S+int8"):
+        quantized_model(model, precision)
