@@ -3,6 +3,7 @@ copy of the model holds int8 weights with a scale per output channel, the rest o
 bf16 (int8-bf16), the model itself is left untouched, the logits stay close to fp32's while really
 differing, and the quantized translator translates and scores like the fp32 one."""
 
+import dataclasses
 import os
 import sys
 
@@ -12,6 +13,8 @@ from torch import nn
 
 import translate
 from transformer.checkpoint import load_for_inference
+from transformer.config import ModelConfig
+from transformer.model import Transformer
 from transformer.quantize import QUANTIZED, quantized_model
 from transformer.translator import Translator
 
@@ -73,8 +76,9 @@ def test_the_int8_translator_translates_like_fp32(tiny_checkpoint, capsys, tmp_p
 
 @pytest.mark.parametrize("precision", QUANTIZED)
 def test_beam_search_nbest_and_prefixes_score_in_fp32_like_fp32(tiny_checkpoint, precision):
-    """Beam search ranks by sums of log-probabilities: those stay fp32 (bf16 keeps 3 digits) and close to
-    fp32's; a prefix is kept and counted in the score."""
+    """Beam search ranks by sums of log-probabilities: those stay fp32 (bf16 keeps 3 digits), equal to the
+    quantized model's teacher-forced scores and close to fp32's; n-best lists come best first; a prefix is
+    kept and counted in the score."""
     fp32 = Translator.from_checkpoint(tiny_checkpoint)
     int8 = Translator.from_checkpoint(tiny_checkpoint, precision=precision)
     got, reference = (t.translate(LINES, beam=3, nbest=2) for t in (int8, fp32))
@@ -82,11 +86,24 @@ def test_beam_search_nbest_and_prefixes_score_in_fp32_like_fp32(tiny_checkpoint,
     sources = int8.encode(LINES)
     prefixes = [int8.tokenizer.encode("A dog")] + [[]] * (len(LINES) - 1)
     for found in (int8.translate_ids(sources, 3, 2), int8.translate_ids(sources, 3, 2, prefixes=prefixes)):
-        best = [hyps[0] for hyps in found]
-        rescored = int8.score_ids(sources, [h.ids for h in best], [h.ended for h in best])  # teacher-forced
-        searched = torch.tensor([h.log_prob for h in best])
-        torch.testing.assert_close(searched, torch.tensor(rescored), rtol=0.01, atol=0.01)
-    assert best[0].ids[: len(prefixes[0])] == prefixes[0]
+        assert all(len(hyps) == 2 and hyps[0].score >= hyps[1].score for hyps in found)
+        pairs = [(src, h) for src, hyps in zip(sources, found) for h in hyps]  # both of each n-best list
+        args = [src for src, _ in pairs], [h.ids for _, h in pairs], [h.ended for _, h in pairs]
+        searched = torch.tensor([h.log_prob for _, h in pairs])
+        torch.testing.assert_close(searched, torch.tensor(int8.score_ids(*args)), rtol=0.01, atol=0.01)
+        torch.testing.assert_close(searched, torch.tensor(fp32.score_ids(*args)), rtol=0.05, atol=0.1)
+    assert all(h.ids[: len(prefixes[0])] == prefixes[0] for h in found[0])
+
+
+def test_a_separate_output_projection_is_quantized():
+    """Without shared embeddings (§3.4) the output projection is a linear layer like the others."""
+    config = ModelConfig(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=1, n_decoder_layers=1)
+    model = Transformer(dataclasses.replace(config, share_embeddings=False), 50, 60, 0, 2, 3)
+    for precision in QUANTIZED:
+        quantized = quantized_model(model, precision)
+        assert quantized.output_proj.weight.qdata.dtype == torch.int8, precision
+        assert quantized.output_proj.weight.scale.numel() == 60, precision
+        assert not hasattr(quantized.decoder.embedding.embedding.weight, "qdata"), precision
 
 
 def test_int8_bf16_keeps_onednn_kernels_as_bf16_does(tiny_checkpoint, monkeypatch):
