@@ -21,7 +21,8 @@ class ConfigError(ValueError):
 
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # THE list: train.precision, translate.py --precision
-DECODE_PRECISIONS = PRECISIONS + ("int8", "int8-bf16")  # decoding only: int8 linear layers, CPU (quantize.py)
+QUANTIZED_PRECISIONS = ("int8", "int8-bf16")  # decoding only: int8 linear layers on the CPU (quantize.py)
+DECODE_PRECISIONS = PRECISIONS + QUANTIZED_PRECISIONS  # translate.py --precision
 
 
 @dataclass(frozen=True)

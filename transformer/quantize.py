@@ -40,11 +40,11 @@ from typing import Callable
 
 from torch import nn
 
+from transformer.config import QUANTIZED_PRECISIONS
 from transformer.model import Transformer
 
-INT8 = "int8"  # int8 weights, int8 inputs quantized per token (translate.py --precision int8)
-INT8_BF16 = "int8-bf16"  # int8 weights, bf16 inputs and products (translate.py --precision int8-bf16)
-QUANTIZED = (INT8, INT8_BF16)  # the decoding precisions that quantize
+QUANTIZED = QUANTIZED_PRECISIONS  # the decoding precisions that quantize (config.py holds the list)
+INT8, INT8_BF16 = QUANTIZED  # int8 weights with int8 inputs quantized per token | with bf16 inputs, products
 
 
 def quantized_model(model: Transformer, precision: str) -> Transformer:
