@@ -247,12 +247,12 @@ def final_test(run: Run, stop_reason: str) -> dict:
         save_checkpoint(average_checkpoints(kept, weights), tested)
     model, tokenizer, _ = load_for_inference(tested, rt.device)
     t0 = time.perf_counter()
-    translator = Translator(model, tokenizer, config.eval, rt.device, config.train.precision)
+    translator = Translator(model, tokenizer, config.eval, rt.device, rt.precision)
     _, hyps, scores = translator.evaluate(src_ids, refs, progress="test")
     seconds, params = time.perf_counter() - t0, sum(p.numel() for p in model.parameters())
     results = reporting.run_results(
         scores, config, run.state, stop_reason, rt.world_size, tested=tested.name,
-        test_decode_seconds=seconds, parameters=params, device=str(rt.device),
+        test_decode_seconds=seconds, parameters=params, device=str(rt.device), precision=rt.precision,
         data_cleaning=run.splits.cleaning, test_sets=test_other_sets(run, translator),
     )  # fmt: skip
     write_results(run.run_dir, results, hyps)

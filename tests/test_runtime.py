@@ -6,7 +6,15 @@ import os
 import pytest
 import torch
 
-from transformer.runtime import DeviceError, resolve_device, setup_runtime, slow_precision
+from transformer.config import PRECISIONS
+from transformer.runtime import (
+    DeviceError,
+    autocast_dtype,
+    resolve_device,
+    setup_runtime,
+    slow_precision,
+    training_precision,
+)
 
 
 @pytest.fixture
@@ -94,3 +102,45 @@ def test_bf16_on_the_cpu_enlarges_onednns_kernel_cache_and_keeps_a_users_value(m
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "512")
     setup_runtime("cpu", "bf16")
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "512"
+
+
+@pytest.fixture
+def onednn_env(monkeypatch):
+    """setup_runtime may set ONEDNN_PRIMITIVE_CACHE_CAPACITY: undone after the test."""
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+
+
+@pytest.mark.parametrize(
+    ("features", "expected"),
+    [
+        ((), "fp32"),
+        (("vnni",), "fp32"),
+        (("avx512_bf16",), "bf16"),
+        (("amx_tile",), "bf16"),
+        (("avx512_bf16", "amx_tile", "vnni"), "bf16"),
+    ],
+)
+def test_auto_trains_in_bf16_only_on_a_cpu_with_its_instructions(monkeypatch, onednn_env, features, expected):
+    cpu_with(monkeypatch, *features)
+    cpu = torch.device("cpu")
+    assert training_precision("auto", cpu) == expected
+    runtime = setup_runtime("cpu", "auto")
+    assert runtime.precision == expected and runtime.dtype == autocast_dtype(expected, cpu)
+    assert autocast_dtype("auto", cpu) is None  # decoding's "auto" stays fp32 on the CPU
+    assert training_precision("auto", torch.device("cuda", 0)) == "bf16"
+
+
+@pytest.mark.parametrize("precision", [p for p in PRECISIONS if p != "auto"])
+def test_a_named_training_precision_is_kept(monkeypatch, precision):
+    cpu_with(monkeypatch)
+    assert training_precision(precision, torch.device("cpu")) == precision
+    cpu_with(monkeypatch, "avx512_bf16")
+    assert training_precision(precision, torch.device("cpu")) == precision
+
+
+def test_a_pytorch_that_cannot_say_trains_auto_in_fp32(monkeypatch):
+    """No bf16 on a guess: emulated bf16 trains several times slower than fp32."""
+    for name in ("avx512_bf16", "amx_tile", "vnni"):
+        monkeypatch.delattr(torch.cpu, f"_is_{name}_supported", raising=False)
+    assert training_precision("auto", torch.device("cpu")) == "fp32"

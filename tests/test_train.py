@@ -20,6 +20,8 @@ from transformer.data import collate
 from transformer.loss import token_loss
 from transformer.model import Transformer
 from transformer.optim import cooldown_factor, learning_rate, load_optimizer_state, make_optimizer, set_lr
+from transformer.runtime import autocast_dtype
+from transformer.translator import Translator
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "configs/tiny.yaml")
@@ -162,6 +164,29 @@ def test_bf16_training_on_a_cpu_without_bf16_instructions_says_so(tmp_path, monk
     assert run_train(tmp_path / "bf16", *one_step) == 0
     err = capsys.readouterr().err
     assert "warning: train.precision=bf16: this CPU has no bf16 matrix instructions" in err
+
+
+@needs_data
+@pytest.mark.parametrize(("features", "expected"), [(("avx512_bf16",), "bf16"), ((), "fp32")])
+def test_auto_precision_trains_and_validates_in_its_choice(tmp_path, monkeypatch, capsys, features, expected):
+    """train.precision=auto on the CPU: bf16 where the CPU has bf16 instructions, else fp32; the run says
+    which, results.json records it, and validation decodes in it."""
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")  # setup_runtime may set it: undone after
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    cpu_with(monkeypatch, *features)
+    decoded_in = []
+    real_init = Translator.__init__
+
+    def recording_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        decoded_in.append(self.dtype)
+
+    monkeypatch.setattr(Translator, "__init__", recording_init)
+    one_step = ("train.precision=auto", "train.max_steps=2", "eval.every_steps=2")
+    assert run_train(tmp_path / "auto", *one_step) == 0
+    assert f"parameters on cpu ({expected})" in capsys.readouterr().out
+    assert json.loads((tmp_path / "auto" / "results.json").read_text())["precision"] == expected
+    assert decoded_in and set(decoded_in) == {autocast_dtype(expected, torch.device("cpu"))}
 
 
 def test_resume_without_checkpoint_is_an_error(tmp_path, capsys):

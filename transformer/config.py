@@ -121,7 +121,7 @@ class TrainConfig:
     init_from: str | None = None  # fine-tune: start from this checkpoint's weights (init_from.py)
     reset_optimizer: bool = True  # with init_from: a fresh optimizer, schedule and step count
     device: str = "auto"  # "auto" (cuda if present), "cpu", "cuda", "cuda:1", ...
-    precision: str = "auto"  # "auto" (bf16 on cuda, fp32 on cpu), "fp32", "bf16", "fp16"
+    precision: str = "auto"  # "auto" (bf16 on cuda and on CPUs with AVX512-BF16 / AMX, else fp32), fp32, ...
     compile: bool = False  # torch.compile the model
     ema_decay: float = 0.0  # > 0: evaluate and save an exponential moving average of the weights; the cap
     # of its decay min(ema_decay, (1 + n) / (10 + n)) after n updates (ema.py: 0.998 is reached at n = 4490)

@@ -36,7 +36,7 @@ after their first pass over the data: oneDNN compiles a kernel for every new bf1
 
 import copy
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from torch import nn
 

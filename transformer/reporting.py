@@ -21,7 +21,7 @@ def open_writer(run_dir: Path, config: Config):
 def setup_line(model, runtime, n_train_pairs: int, vocab_size: int) -> str:
     n_params = sum(p.numel() for p in model.parameters())
     return (
-        f"{n_params / 1e6:.2f}M parameters on {runtime.device} ({runtime.dtype or 'fp32'}), "
+        f"{n_params / 1e6:.2f}M parameters on {runtime.device} ({runtime.precision}), "
         f"{n_train_pairs} training pairs, vocabulary {vocab_size}"
     )
 

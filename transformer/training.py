@@ -174,7 +174,7 @@ def validate(run: Run, model: Transformer) -> dict:
     t0, settings, state = time.perf_counter(), run.config.eval, run.state
     (src_ids, tgt_ids), refs = run.splits.valid, run.splits.valid_refs
     greedy = dataclasses.replace(settings, beam_size=1)
-    translator = Translator(model, run.tokenizer, greedy, run.runtime.device, run.config.train.precision)
+    translator = Translator(model, run.tokenizer, greedy, run.runtime.device, run.runtime.precision)
     batches = make_batches([len(s) for s in src_ids], [len(t) for t in tgt_ids], settings.max_tokens, False)
     loss = evaluate_loss(
         model, iter_batches(src_ids, tgt_ids, batches, *model.pad_start_eos), translator.device,
