@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-COMPARED = ("steps", "best_step", "best_val_bleu", "train_tokens", "test_bleu", "test_chrf")
+COMPARED = ("precision", "steps", "best_step", "best_val_bleu", "train_tokens", "test_bleu", "test_chrf")
 
 
 def compare(a: Path, b: Path) -> bool:

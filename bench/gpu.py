@@ -225,6 +225,7 @@ def stage_train(plan: Plan, work: Path, out: Path, save: Callable[[dict], None])
     keep = (
         "test_bleu", "test_chrf", "signature", "decoding", "steps", "epochs_completed", "stopped_by",
         "train_minutes", "train_tokens_per_s", "best_step", "best_val_bleu", "parameters", "device",
+        "precision",
     )  # fmt: skip
     history = [{k: e.get(k) for k in ("step", "val_bleu", "val_loss")} for e in results.get("validation", [])]
     return {k: results.get(k) for k in keep} | {"validation": history, "checkpoint": str(run_dir / "best.pt")}
@@ -236,13 +237,13 @@ def stage_decode(plan: Plan, work: Path, out: Path, save: Callable[[dict], None]
 
     from transformer.checkpoint import load_for_inference
     from transformer.multi30k import load_multi30k
-    from transformer.runtime import autocast_dtype
+    from transformer.runtime import autocast_dtype, training_precision
 
     checkpoint = Path(plan.checkpoint) if plan.checkpoint else work / "run" / "best.pt"
     model, tokenizer, config = load_for_inference(checkpoint, plan.device)
     data = config.data
     test = load_multi30k(data.src_lang, data.tgt_lang, plan.data_dir)["test"].head(plan.decode_limit)
-    precision = config.train.precision  # validation's autocast (auto: bf16 on CUDA)
+    precision = training_precision(config.train.precision, torch.device(plan.device))  # validation's
     dtype = autocast_dtype(precision, torch.device(plan.device))
     beam = 4
     settings = config.eval
@@ -252,7 +253,7 @@ def stage_decode(plan: Plan, work: Path, out: Path, save: Callable[[dict], None]
         "checkpoint": str(checkpoint),
         "sentences": len(test),
         "beam": beam,
-        "precision": str(dtype or "fp32"),
+        "precision": precision,
     }
     return info | {"max_tokens": settings.max_tokens, "length_penalty": settings.length_penalty} | result
 

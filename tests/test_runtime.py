@@ -9,6 +9,7 @@ import torch
 from transformer.config import PRECISIONS
 from transformer.runtime import (
     DeviceError,
+    Runtime,
     autocast_dtype,
     resolve_device,
     setup_runtime,
@@ -125,10 +126,24 @@ def test_auto_trains_in_bf16_only_on_a_cpu_with_its_instructions(monkeypatch, on
     cpu_with(monkeypatch, *features)
     cpu = torch.device("cpu")
     assert training_precision("auto", cpu) == expected
+    assert slow_precision(training_precision("auto", cpu), cpu) is None  # never a slow choice
     runtime = setup_runtime("cpu", "auto")
-    assert runtime.precision == expected and runtime.dtype == autocast_dtype(expected, cpu)
+    assert runtime.precision == expected
+    assert runtime.dtype is {"bf16": torch.bfloat16, "fp32": None}[expected]
+    # bf16 brings the oneDNN kernel cache that makes it fast (test_bf16_on_the_cpu_enlarges_...)
+    assert os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY") == ("16384" if expected == "bf16" else None)
     assert autocast_dtype("auto", cpu) is None  # decoding's "auto" stays fp32 on the CPU
     assert training_precision("auto", torch.device("cuda", 0)) == "bf16"
+
+
+def test_ranks_that_resolve_auto_differently_are_refused(monkeypatch, onednn_env):
+    """torchrun over machines with different CPUs: "auto" must not train in bf16 on some ranks only."""
+    cpu_with(monkeypatch, "avx512_bf16")
+    monkeypatch.setattr(Runtime, "gather", lambda self, obj: [obj, "fp32"])  # rank 1's machine: no bf16
+    with pytest.raises(ValueError, match=r"train.precision=auto resolves differently .* \(bf16, fp32\)"):
+        setup_runtime("cpu", "auto")
+    monkeypatch.setattr(Runtime, "gather", lambda self, obj: [obj, obj])
+    assert setup_runtime("cpu", "auto").precision == "bf16"
 
 
 @pytest.mark.parametrize("precision", [p for p in PRECISIONS if p != "auto"])

@@ -152,6 +152,8 @@ def test_fp16_with_grad_scaler_resumes_exactly(tmp_path, monkeypatch):
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
     assert a["scaler"] == b["scaler"]  # scale, _growth_tracker and the scaler's settings
+    results = json.loads((resumed / "results.json").read_text())
+    assert a["state"]["precision"] == results["precision"] == "fp16"
     # 12 good updates, doubling the initial 2**16 every 2, would reach 2**22: an overflow halved it (and
     # its update was skipped), so the scaler's state decided which updates happened
     assert a["scaler"]["growth_interval"] == 2 and 2**16 < a["scaler"]["scale"] < 2**22
@@ -184,9 +186,27 @@ def test_auto_precision_trains_and_validates_in_its_choice(tmp_path, monkeypatch
     monkeypatch.setattr(Translator, "__init__", recording_init)
     one_step = ("train.precision=auto", "train.max_steps=2", "eval.every_steps=2")
     assert run_train(tmp_path / "auto", *one_step) == 0
-    assert f"parameters on cpu ({expected})" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert f"parameters on cpu ({expected})" in out and "warning" not in err
     assert json.loads((tmp_path / "auto" / "results.json").read_text())["precision"] == expected
     assert decoded_in and set(decoded_in) == {autocast_dtype(expected, torch.device("cpu"))}
+
+
+@needs_data
+def test_resuming_in_another_precision_than_the_run_trained_in_is_refused(tmp_path, monkeypatch, capsys):
+    """A run started with auto on a CPU with bf16 instructions, resumed on one without: auto would now mean
+    fp32, and the resumed steps would silently follow another curve."""
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    steps = ("train.precision=auto", "eval.every_steps=0")
+    cpu_with(monkeypatch, "avx512_bf16")
+    assert run_train(tmp_path / "run", *steps, "train.max_steps=2") == 0
+    cpu_with(monkeypatch)
+    capsys.readouterr()
+    assert run_train(tmp_path / "run", *steps, "train.max_steps=4", resume=True) == 1
+    refused = "was trained in bf16; train.precision=auto is fp32 here: resume with --set train.precision=bf16"
+    assert refused in capsys.readouterr().err
+    assert run_train(tmp_path / "run", "train.precision=bf16", "train.max_steps=4", resume=True) == 0
 
 
 def test_resume_without_checkpoint_is_an_error(tmp_path, capsys):

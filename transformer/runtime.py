@@ -37,7 +37,8 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """'auto' | 'fp32' | 'bf16' | 'fp16' -> the autocast dtype (None = fp32). 'auto' is bf16 on CUDA."""
+    """'auto' | 'fp32' | 'bf16' | 'fp16' -> the autocast dtype (None = fp32). Decoding's 'auto' is bf16 on
+    CUDA, fp32 on the CPU; training resolves 'auto' first (``training_precision``)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "auto":
@@ -49,9 +50,11 @@ def training_precision(precision: str, device: torch.device) -> str:
     """The precision training runs in: "auto" is bf16 on CUDA and on a CPU with bf16 matrix instructions
     (AVX512-BF16 or AMX), else fp32; any other name is kept.
 
-    On such CPUs bf16 autocast trains the default model 1.4-1.7x faster than fp32 (fp32 master weights and
-    Adam state), and on Multi30k it validated higher than fp32 in every seed measured (docs/benchmarks.md).
-    Elsewhere bf16 runs emulated, several times slower. Decoding's "auto" (``autocast_dtype``) stays fp32 on
+    On such CPUs bf16 autocast (fp32 master weights and Adam state) trained the default model 1.4-1.7x
+    faster than fp32 on Intel Xeons with AMX and an AMD EPYC with AVX512-BF16 only, for ~1.5x the memory,
+    and on Multi30k it validated higher than fp32 in every seed measured (docs/benchmarks.md). Elsewhere
+    bf16 runs emulated, several times slower. A run keeps what it started in: ``--resume`` on a machine
+    that resolves "auto" otherwise is refused. Decoding's "auto" (``autocast_dtype``) stays fp32 on
     the CPU: there bf16 gains only after oneDNN has compiled a kernel for every new shape.
     """
     if precision != "auto":
@@ -191,4 +194,8 @@ def setup_runtime(device_name: str, precision: str) -> Runtime:
         waiting_group = dist.new_group(backend="gloo", timeout=timedelta(days=1))
     dtype = autocast_dtype(training_precision(precision, device), device)
     size_onednn_cache(device, dtype)
-    return Runtime(device, dtype, rank, world_size, waiting_group)
+    runtime = Runtime(device, dtype, rank, world_size, waiting_group)
+    if len(chosen := set(runtime.gather(runtime.precision))) > 1:  # "auto" on machines with other CPUs
+        raise ValueError(f"train.precision={precision} resolves differently across the ranks' machines "
+                         f"({', '.join(sorted(chosen))}): set one of them")  # fmt: skip
+    return runtime

@@ -59,6 +59,7 @@ class State:
     # stopped inside an update (train.accum_steps > 1): [epoch, batch_in_epoch] of its first micro-batch,
     # where --resume reads again if training goes on
     pending_from: list | None = None
+    precision: str | None = None  # what training ran in ("fp32", "bf16", "fp16"; older checkpoints: None)
 
 
 @dataclass
@@ -115,7 +116,13 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
             raise CheckpointError(
                 f"{run_dir / 'last.pt'} was trained by {run.state.world_size} processes; resume with as many"
             )
-    run.state.world_size = runtime.world_size
+        if run.state.precision not in (None, runtime.precision):
+            raise CheckpointError(
+                f"{run_dir / 'last.pt'} was trained in {run.state.precision}; train.precision="
+                f"{config.train.precision} is {runtime.precision} here: resume with --set "
+                f"train.precision={run.state.precision}"
+            )
+    run.state.world_size, run.state.precision = runtime.world_size, runtime.precision
     if len(splits.train_indices) == 0:
         raise DataError(f"no training pair is left: {cleaning_line(splits.cleaning, config.data)}")
     run.started = time.perf_counter() - run.state.train_seconds

@@ -122,9 +122,9 @@ def add_output_arguments(parser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--precision", default="auto", choices=DECODE_PRECISIONS,
-        help="autocast as in validation: auto = bf16 on CUDA, fp32 on the CPU; int8: int8 linear layers on "
-        "the CPU (torchao, the extra .[int8]); int8-bf16: the same weights, bf16 inputs and products "
-        "(default: auto)",
+        help="autocast: auto = bf16 on CUDA, fp32 on the CPU (a run validated in results.json's precision); "
+        "int8: int8 linear layers on the CPU (torchao, the extra .[int8]); int8-bf16: the same weights, bf16 "
+        "inputs and products (default: auto)",
     )  # fmt: skip
 
 

@@ -138,8 +138,8 @@ class Translator:
         warn: Callable[[str], None] = warn,
     ):
         """``settings``: beam size, length penalty, batch size (max_tokens) and max_len_offset.
-        ``precision``: the autocast of validation: "auto" (bf16 on CUDA, fp32 on the CPU), "fp32", "bf16",
-        "fp16"; or on the CPU "int8" / "int8-bf16": a copy of the model with int8 linear layers
+        ``precision``: the autocast: "auto" (bf16 on CUDA, fp32 on the CPU), "fp32", "bf16", "fp16" (the
+        precision a run validated in is ``results.json``'s ``precision``); or on the CPU "int8" / "int8-bf16": a copy of the model with int8 linear layers
         (``quantize.py``), run without autocast."""
         self.device = torch.device(device)
         if (slow := slow_precision(precision, self.device)) is not None:
