@@ -17,7 +17,7 @@ Last line: speedup_cache=<cached greedy sentences/s ÷ uncached greedy sentences
 ``--compare`` measures instead our decoding against the inference engines users deploy with: the checkpoint is
 exported (``transformer.interop.marian.export``) to a transformers folder and a CTranslate2 model, and the
 same sentences in the same length-sorted batches are decoded greedily by ours in fp32, int8 (``--precision
-int8``: torchao int8 linear layers), int8-bf16 (the same int8 weights, bf16 products) and bf16 (autocast),
+int8``: torchao int8 linear layers), int8-bf16 (the same int8 weights, bf16 products) and bf16 (a bf16 copy),
 by ``generate(num_beams=1)`` (of ``MarianMTModel``, or ``PegasusForConditionalGeneration`` for a pre-norm
 model) and by ``ctranslate2.Translator.translate_batch(beam_size=1)`` in fp32 and int8 (in a process of its
 own: ``ct2_worker.py`` says why); then with ``--beam`` beams (default 4) by ours, ``generate(num_beams=4)``

@@ -103,9 +103,10 @@ def rescored(run: dict) -> str:
 
 def training_rows(figures: dict) -> list[tuple[str, str]]:
     main, long = figures["main_job"], figures["long_config"]
+    where = f", {main['where']}" if "where" in main else ""  # the precision and CPU of the runs
     rows = [
         main_job_row(
-            main["runs"], f"`make train` (Multi30k de→en, 7.6M parameters, {budget(main['config'])})"
+            main["runs"], f"`make train` (Multi30k de→en, 7.6M parameters, {budget(main['config'])}{where})"
         )
     ]
     for previous in main.get("previous", []):

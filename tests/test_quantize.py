@@ -74,11 +74,11 @@ def test_the_int8_translator_translates_like_fp32(tiny_checkpoint, capsys, tmp_p
     assert capsys.readouterr().out.splitlines() == int8.translate(LINES)
 
 
-@pytest.mark.parametrize("precision", QUANTIZED)
+@pytest.mark.parametrize("precision", ("bf16", *QUANTIZED))  # bf16 on the CPU: a bf16 copy of the model
 def test_beam_search_nbest_and_prefixes_score_in_fp32_like_fp32(tiny_checkpoint, precision):
     """Beam search ranks by sums of log-probabilities: those stay fp32 (bf16 keeps 3 digits), equal to the
-    quantized model's teacher-forced scores and close to fp32's; n-best lists come best first; a prefix is
-    kept and counted in the score."""
+    low-precision model's teacher-forced scores and close to fp32's; n-best lists come best first; a prefix
+    is kept and counted in the score."""
     fp32 = Translator.from_checkpoint(tiny_checkpoint)
     int8 = Translator.from_checkpoint(tiny_checkpoint, precision=precision)
     got, reference = (t.translate(LINES, beam=3, nbest=2) for t in (int8, fp32))

@@ -176,10 +176,13 @@ def test_translator_from_parts_and_precision(translator, monkeypatch):
     monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
     same = Translator(translator.model, translator.tokenizer, translator.settings, "cpu", "fp32")
     assert same.translate(SENTENCES) == translator.translate(SENTENCES) and same.dtype is None
-    assert (
-        Translator(translator.model, translator.tokenizer, translator.settings, "cpu", "bf16").dtype
-        == torch.bfloat16
-    )
+    before = {name: tensor.clone() for name, tensor in translator.model.state_dict().items()}
+    bf16 = Translator(translator.model, translator.tokenizer, translator.settings, "cpu", "bf16")
+    # on the CPU, a bf16 copy of the model without autocast; the model itself is left as it is
+    assert bf16.model is not translator.model and bf16.dtype is None
+    assert {p.dtype for p in bf16.model.parameters()} == {torch.bfloat16}
+    for name, tensor in translator.model.state_dict().items():
+        assert tensor.dtype == torch.float32 and torch.equal(tensor, before[name]), name
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16384"  # bf16 decoding keeps its kernels
     with pytest.raises(ValueError, match="precision"):
         Translator(translator.model, translator.tokenizer, translator.settings, "cpu", "fp8")

@@ -29,9 +29,10 @@ quantization of the input costs more than the int8 matmul saves. Compiling each 
 every layer's weight and hits Dynamo's recompile limit within one translation. ``bench/int8_linear.py``
 times the same math without the tensor subclass: 2-4x faster than torchao's layer, yet still slower than
 fp32 at decoding's 8-64 rows in every layer but the output layer.
-The fastest on such a CPU stays ``--precision bf16`` (autocast: the weights stay fp32 in memory);
-``int8-bf16`` trades a little of its speed for linear weights a quarter of their fp32 size. Both gain only
-after their first pass over the data: oneDNN compiles a kernel for every new bf16 matmul shape.
+The fastest on such a CPU stays ``--precision bf16`` (a bf16 copy of the model:
+``translator.decoding_model``); ``int8-bf16`` trades a little of its speed for linear weights half their
+bf16 size. Both gain only after their first pass over the data: oneDNN compiles a kernel for every new
+bf16 matmul shape.
 """
 
 import copy

@@ -184,8 +184,8 @@ def validate(run: Run, model: Transformer) -> dict:
     translator = Translator(model, run.tokenizer, greedy, run.runtime.device, run.runtime.precision)
     batches = make_batches([len(s) for s in src_ids], [len(t) for t in tgt_ids], settings.max_tokens, False)
     loss = evaluate_loss(
-        model, iter_batches(src_ids, tgt_ids, batches, *model.pad_start_eos), translator.device,
-        translator.autocast,
+        model, iter_batches(src_ids, tgt_ids, batches, *model.pad_start_eos), run.runtime.device,
+        run.runtime.autocast,  # the loss as training computes it (the translator may decode a bf16 copy)
     )  # fmt: skip
     hyp_ids, hyps, scores = translator.evaluate(src_ids, refs, progress="validate")
     entry = {"step": state.step, "epoch": state.epoch}
