@@ -124,6 +124,15 @@ def training_rows(figures: dict) -> list[tuple[str, str]]:
     return rows
 
 
+def bf16_throughput(throughput: dict) -> str:
+    """The bf16 runs (the main job's precision on CPUs with bf16 instructions), if recorded."""
+    if "bf16" not in throughput:
+        return ""
+    bf16 = throughput["bf16"]
+    return (f"; bf16: {' / '.join(f'{r:.2f}' for r in bf16['ratios'])}× in {len(bf16['ratios'])} runs on "
+            f"{bf16['where']} ({bf16['date']})")  # fmt: skip
+
+
 def results_table(figures: dict) -> str:
     """The README's results table, every row naming the run or checkpoint its figures come from."""
     compare, throughput = figures["decode_compare"], figures["train_throughput"]
@@ -146,8 +155,8 @@ def results_table(figures: dict) -> str:
          f"CTranslate2; {beam['ct2_spread']}× CTranslate2 over the {beam['ct2_runs']} runs in "
          "docs/benchmarks.md)"),
         (f"training throughput vs the same model on `torch.nn.Transformer` ({throughput['date']})",
-         f"{throughput['ratio_vs_torch']:.2f}× ({throughput['sizes']} sizes; "
-         f"{throughput['spread']} over the last {throughput['runs']} runs)"),
+         f"fp32: {throughput['ratio_vs_torch']:.2f}× ({throughput['sizes']} sizes; "
+         f"{throughput['spread']} over the last {throughput['runs']} runs)" + bf16_throughput(throughput)),
         (f"greedy decoding with the key/value cache vs without ({cache['checkpoint']}, {cache['date']})",
          f"{cache['speedup_cache']:.2f}× faster ({cache['with_cache']} vs {cache['without_cache']} "
          "sentences/s), identical output"),
