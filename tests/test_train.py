@@ -20,7 +20,6 @@ from transformer.data import collate
 from transformer.loss import token_loss
 from transformer.model import Transformer
 from transformer.optim import cooldown_factor, learning_rate, load_optimizer_state, make_optimizer, set_lr
-from transformer.runtime import autocast_dtype
 from transformer.translator import Translator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,7 +180,7 @@ def test_auto_precision_trains_and_validates_in_its_choice(tmp_path, monkeypatch
 
     def recording_init(self, *args, **kwargs):
         real_init(self, *args, **kwargs)
-        decoded_in.append(self.dtype)
+        decoded_in.append(self.model.output_proj.weight.dtype)  # bf16 on the CPU: a bf16 copy of the model
 
     monkeypatch.setattr(Translator, "__init__", recording_init)
     one_step = ("train.precision=auto", "train.max_steps=2", "eval.every_steps=2")
@@ -189,7 +188,7 @@ def test_auto_precision_trains_and_validates_in_its_choice(tmp_path, monkeypatch
     out, err = capsys.readouterr()
     assert f"parameters on cpu ({expected})" in out and "warning" not in err
     assert json.loads((tmp_path / "auto" / "results.json").read_text())["precision"] == expected
-    assert decoded_in and set(decoded_in) == {autocast_dtype(expected, torch.device("cpu"))}
+    assert decoded_in and set(decoded_in) == {torch.bfloat16 if expected == "bf16" else torch.float32}
 
 
 @needs_data
