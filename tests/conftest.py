@@ -22,6 +22,16 @@ ROOT = Path(__file__).resolve().parent.parent
 # Multi30k, found by the project's one rule ($MULTI30K_DIR, else data/multi30k: data/README.md). `make test`
 # fetches it first (`make data`); a test never skips for missing data, it fails and says how to get it.
 DATA_DIR, _ = multi30k.locate()
+
+
+@pytest.fixture
+def onednn_env(monkeypatch):
+    """No ONEDNN_PRIMITIVE_CACHE_CAPACITY in the environment, and whatever the test sets (bf16 sets it:
+    runtime.size_onednn_cache) undone after it."""
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")  # recorded, so undone after the test
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+
+
 needs_data = pytest.mark.usefixtures("multi30k_dir")  # a test that reads DATA_DIR: fails without it
 
 

@@ -106,10 +106,8 @@ def test_a_separate_output_projection_is_quantized():
         assert not hasattr(quantized.decoder.embedding.embedding.weight, "qdata"), precision
 
 
-def test_int8_bf16_keeps_onednn_kernels_as_bf16_does(tiny_checkpoint, monkeypatch):
+def test_int8_bf16_keeps_onednn_kernels_as_bf16_does(tiny_checkpoint, onednn_env):
     """Its products are bf16 matmuls, through oneDNN: the kernel cache is sized as for bf16 (runtime.py)."""
-    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")  # recorded, so undone after the test
-    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
     Translator.from_checkpoint(tiny_checkpoint, precision="int8")
     assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ  # int8 multiplies in int8 and fp32
     Translator.from_checkpoint(tiny_checkpoint, precision="int8-bf16")

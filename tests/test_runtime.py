@@ -92,10 +92,8 @@ def test_a_pytorch_that_cannot_say_gets_no_warning(monkeypatch):
     assert slow_precision("bf16", torch.device("cpu")) is None
 
 
-def test_bf16_on_the_cpu_enlarges_onednns_kernel_cache_and_keeps_a_users_value(monkeypatch):
+def test_bf16_on_the_cpu_enlarges_onednns_kernel_cache_and_keeps_a_users_value(monkeypatch, onednn_env):
     """bf16 training on the CPU compiles a oneDNN kernel per matmul shape; the cache must hold an epoch's."""
-    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")  # recorded, so undone after the test
-    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
     setup_runtime("cpu", "fp32")  # fp32 matmuls do not use it: left alone
     assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ
     assert setup_runtime("cpu", "bf16").dtype == torch.bfloat16
@@ -103,13 +101,6 @@ def test_bf16_on_the_cpu_enlarges_onednns_kernel_cache_and_keeps_a_users_value(m
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "512")
     setup_runtime("cpu", "bf16")
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "512"
-
-
-@pytest.fixture
-def onednn_env(monkeypatch):
-    """setup_runtime may set ONEDNN_PRIMITIVE_CACHE_CAPACITY: undone after the test."""
-    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")
-    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
 
 
 @pytest.mark.parametrize(

@@ -169,11 +169,10 @@ def test_bf16_training_on_a_cpu_without_bf16_instructions_says_so(tmp_path, monk
 
 @needs_data
 @pytest.mark.parametrize(("features", "expected"), [(("avx512_bf16",), "bf16"), ((), "fp32")])
+@pytest.mark.usefixtures("onednn_env")
 def test_auto_precision_trains_and_validates_in_its_choice(tmp_path, monkeypatch, capsys, features, expected):
     """train.precision=auto on the CPU: bf16 where the CPU has bf16 instructions, else fp32; the run says
     which, results.json records it, and validation decodes in it."""
-    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")  # setup_runtime may set it: undone after
-    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
     cpu_with(monkeypatch, *features)
     decoded_in = []
     real_init = Translator.__init__
@@ -192,11 +191,10 @@ def test_auto_precision_trains_and_validates_in_its_choice(tmp_path, monkeypatch
 
 
 @needs_data
+@pytest.mark.usefixtures("onednn_env")
 def test_resuming_in_another_precision_than_the_run_trained_in_is_refused(tmp_path, monkeypatch, capsys):
     """A run started with auto on a CPU with bf16 instructions, resumed on one without: auto would now mean
     fp32, and the resumed steps would silently follow another curve."""
-    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")
-    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
     steps = ("train.precision=auto", "eval.every_steps=0")
     cpu_with(monkeypatch, "avx512_bf16")
     assert run_train(tmp_path / "run", *steps, "train.max_steps=2") == 0

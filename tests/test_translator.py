@@ -171,9 +171,7 @@ def test_alignments_stay_within_the_word_counts(translator):
         translator.alignments(SENTENCES[0], layer=3)
 
 
-def test_translator_from_parts_and_precision(translator, monkeypatch):
-    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")  # recorded, so undone after the test
-    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+def test_translator_from_parts_and_precision(translator, onednn_env):
     same = Translator(translator.model, translator.tokenizer, translator.settings, "cpu", "fp32")
     assert same.translate(SENTENCES) == translator.translate(SENTENCES) and same.dtype is None
     before = {name: tensor.clone() for name, tensor in translator.model.state_dict().items()}

@@ -51,11 +51,12 @@ def training_precision(precision: str, device: torch.device) -> str:
     (AVX512-BF16 or AMX), else fp32; any other name is kept.
 
     On such CPUs bf16 autocast (fp32 master weights and Adam state) trained the default model 1.4-1.7x
-    faster than fp32 on Intel Xeons with AMX and an AMD EPYC with AVX512-BF16 only, for ~1.5x the memory,
-    and on Multi30k it validated higher than fp32 in every seed measured (docs/benchmarks.md). Elsewhere
-    bf16 runs emulated, several times slower. A run keeps what it started in: ``--resume`` on a machine
-    that resolves "auto" otherwise is refused. Decoding's "auto" (``autocast_dtype``) stays fp32 on
-    the CPU: there bf16 gains only after oneDNN has compiled a kernel for every new shape.
+    faster than fp32 on Intel Xeons with AMX and an AMD EPYC with AVX512-BF16 only, for more memory
+    (oneDNN keeps a compiled kernel per matmul shape), and on Multi30k it validated higher than fp32 in
+    every seed measured (docs/benchmarks.md). Elsewhere bf16 runs emulated, several times slower. A run
+    keeps what it started in: ``--resume`` on a machine that resolves "auto" otherwise is refused.
+    Decoding's "auto" (``autocast_dtype``) stays fp32 on the CPU: there bf16 gains only after oneDNN has
+    compiled a kernel for every new shape.
     """
     if precision != "auto":
         return precision
