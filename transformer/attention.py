@@ -124,6 +124,11 @@ class MultiHeadAttention(nn.Module):
         nn.init.zeros_(self.qkv_proj.bias)
         nn.init.zeros_(self.out_proj.bias)
 
+    def project(self, x: torch.Tensor, part: slice) -> torch.Tensor:
+        """x (B, T, D) -> (B, T, rows in ``part``): the rows ``part`` of the packed projection (Q: 0 to D,
+        K: D to 2D, V: 2D to 3D). A quantized copy replaces it (``quantize.py``)."""
+        return F.linear(x, self.qkv_proj.weight[part], self.qkv_proj.bias[part])
+
     def forward(
         self,
         query: torch.Tensor,
@@ -137,20 +142,19 @@ class MultiHeadAttention(nn.Module):
         Returns (output (B, Tq, D), per-head weights (B, H, Tq, Tk)).
         """
         H, D = self.n_heads, self.d_model
-        w, b = self.qkv_proj.weight, self.qkv_proj.bias
         if query is key and key is value:  # one fused projection
             q, k, v = self.qkv_proj(query).chunk(3, dim=-1)  # 3 × (B, Tq, D)
             q, k, v = (split_heads(x, H) for x in (q, k, v))  # 3 × (B, H, Tq, Dh)
         else:
-            q = split_heads(F.linear(query, w[:D], b[:D]), H)  # (B, H, Tq, Dh)
+            q = split_heads(self.project(query, slice(0, D)), H)  # (B, H, Tq, Dh)
             if cache is not None and not self.self_attention and "k" in cache:
                 k, v = cache["k"], cache["v"]  # the memory's keys/values, computed on the first step
             elif key is value:
-                k, v = F.linear(key, w[D:], b[D:]).chunk(2, dim=-1)  # 2 × (B, Tk, D)
+                k, v = self.project(key, slice(D, 3 * D)).chunk(2, dim=-1)  # 2 × (B, Tk, D)
                 k, v = split_heads(k, H), split_heads(v, H)  # 2 × (B, H, Tk, Dh)
             else:
-                k = split_heads(F.linear(key, w[D : 2 * D], b[D : 2 * D]), H)  # (B, H, Tk, Dh)
-                v = split_heads(F.linear(value, w[2 * D :], b[2 * D :]), H)  # (B, H, Tk, Dh)
+                k = split_heads(self.project(key, slice(D, 2 * D)), H)  # (B, H, Tk, Dh)
+                v = split_heads(self.project(value, slice(2 * D, 3 * D)), H)  # (B, H, Tk, Dh)
         if cache is not None:
             if self.self_attention and "k" in cache:  # the past target tokens, then this step's
                 rows = cache.pop("rows", None)  # left by a search that reordered or dropped rows

@@ -182,7 +182,7 @@ def _start_beams(
     B, device = src.size(0), src.device
     memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
     limits = _prefix_limits(max_lengths(model, src, max_len_offset), prefix, model)  # (B,)
-    dtype = torch.promote_types(model.output_proj.weight.dtype, torch.float32)  # of the scores
+    dtype = torch.promote_types(model.decoder.embedding.weight.dtype, torch.float32)  # of the scores
     scores = torch.full((B, K), float("-inf"), dtype=dtype, device=device)
     scores[:, 0] = 0.0  # all K beams start as the same BOS hypothesis: keep only one of them alive
     return _Beams(

@@ -39,7 +39,7 @@ def _can_pack(linears: list[nn.Linear]) -> bool:
         and hasattr(ops, "_linear_pointwise")
         and not torch.is_grad_enabled()
         and all(
-            type(m.weight.detach()) is torch.Tensor  # not a quantized tensor subclass (quantize.py)
+            isinstance(m, nn.Linear)  # not an int8 layer (quantize.py)
             and m.weight.device.type == "cpu"
             and m.weight.dtype == torch.float32
             for m in linears

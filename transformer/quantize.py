@@ -1,77 +1,129 @@
-"""int8 decoding: a copy of a trained model whose linear layers hold int8 weights, for ``--precision int8``
-and ``--precision int8-bf16``.
+"""int8 decoding: a copy of a trained model whose linear layers multiply in int8, for ``--precision int8``
+and ``--precision int8-bf16`` (CTranslate2's ``int8`` and ``int8_bfloat16``).
 
-Every ``nn.Linear`` (the attention projections, the feed-forward layers, and the output projection unless it
-is tied to the target embedding: ``untied_linear``) keeps its weight as int8 with one scale per output
-channel. The two precisions differ in what the weights are multiplied with:
+Every linear layer (the attention projections, the feed-forward layers and the output projection, even when
+it is tied to the target embedding) becomes an ``Int8Linear``:
 
-- ``int8``: the input of each linear layer is quantized to int8 per token at run time (dynamic
-  quantization, what CTranslate2's ``int8`` does); the products are summed in int32 and scaled back to fp32.
-  Everything else stays fp32: the embeddings, LayerNorm, softmax, and the attention's own matmuls of
-  activations by activations (Eq. 1), which have no weights to quantize.
-- ``int8-bf16``: the whole model runs in bf16 and each linear layer multiplies its bf16 input by its int8
-  weights widened to bf16 (torchao's weight-only quantization: the widened copy is made at every call, then
-  one bf16 matmul and the scales): int8 storage, bf16 products. For CPUs with bf16 instructions
-  (AVX512-BF16 or AMX). Not CTranslate2's ``int8_bfloat16``, which multiplies in int8 and keeps bf16 for
-  the other layers.
+- its weight is stored as int8 with one scale per output channel, quantized by torchao
+  (``Int8Tensor.from_hp``, symmetric, per row), the maintained successor of ``torch.ao.quantization``;
+- at every call its input is quantized to uint8 with one scale and zero point for the whole tensor, as
+  torchao's ``choose_qparams_affine`` / ``quantize_affine`` (asymmetric) compute them: what torchao's x86
+  quantizer does for dynamic quantization;
+- the int8 products are summed in int32 and scaled back by oneDNN's int8 linear, on a weight laid out for
+  it once (``torch.ops.onednn.qlinear_prepack`` / ``qlinear_pointwise``: the kernels that torchao's x86
+  Inductor passes lower its quantized linear layers to). No matmul here is written by hand.
 
-Both go through ``torchao`` (``quantize_`` with ``Int8DynamicActivationInt8WeightConfig`` or
-``Int8WeightOnlyConfig``), the maintained successor of ``torch.ao.quantization``, whose dynamic
-quantization is deprecated; no matmul here is written by hand. The optional extra ``pip install -e
-".[int8]"`` installs it; the rest of the package never imports it. Decoding only: a quantized model is
-never trained or saved. Scores (log-probabilities, beam sums) stay fp32 in both.
+The two precisions differ in everything else: ``int8`` keeps the rest of the model fp32 (embeddings,
+LayerNorm, softmax and the attention's own matmuls of activations by activations, Eq. 1, which have no
+weights to quantize); ``int8-bf16`` makes it bf16, for CPUs with bf16 instructions. The output layer gives
+fp32 logits in both, and scores (log-probabilities, beam sums) stay fp32. On a CPU without VNNI or AMX,
+weights and inputs keep one bit less (torchao's ``should_reduce_range``), so that the int8 products that
+such a CPU sums in 16 bits cannot overflow.
 
-Speed, measured (docs/benchmarks.md), on a CPU with AMX: ``int8-bf16`` greedy decoding runs ~1.2x our fp32
-and above CTranslate2 ``int8``; ``int8`` runs at about two thirds of fp32. On a CPU, torchao's dynamic int8
-linear layer is written to be fused by Inductor (``torch.compile``); run eagerly, as here, its per-token
-quantization of the input costs more than the int8 matmul saves. Compiling each quantized layer
-(``torch.compile(dynamic=True)``) makes a feed-forward block 2x faster than fp32 alone, but recompiles for
-every layer's weight and hits Dynamo's recompile limit within one translation. ``bench/int8_linear.py``
-times the same math without the tensor subclass: 2-4x faster than torchao's layer, yet still slower than
-fp32 at decoding's 8-64 rows in every layer but the output layer.
-The fastest on such a CPU stays ``--precision bf16`` (a bf16 copy of the model:
-``translator.decoding_model``); ``int8-bf16`` trades a little of its speed for linear weights half their
-bf16 size. Both gain only after their first pass over the data: oneDNN compiles a kernel for every new
-bf16 matmul shape.
+The optional extra ``pip install -e ".[int8]"`` installs torchao; the rest of the package never imports it.
+Decoding only: a quantized model is never trained or saved. Speeds: docs/benchmarks.md.
 """
 
 import copy
 import logging
-from collections.abc import Callable
 
+import torch
 from torch import nn
 
+from transformer.attention import MultiHeadAttention
 from transformer.config import QUANTIZED_PRECISIONS
 from transformer.model import Transformer
 
 QUANTIZED = QUANTIZED_PRECISIONS  # the decoding precisions that quantize (config.py holds the list)
-INT8, INT8_BF16 = QUANTIZED  # int8 weights with int8 inputs quantized per token | with bf16 inputs, products
+INT8, INT8_BF16 = QUANTIZED  # int8 products, the rest fp32 | int8 products, the rest bf16
+EPS = torch.finfo(torch.float32).eps  # torchao's smallest scale
+
+
+def _torchao(precision: str):
+    logging.getLogger("torchao").setLevel(logging.ERROR)  # its optional GPU kernels fail to load on a CPU
+    try:
+        from torchao.quantization import Int8Tensor, PerRow
+        from torchao.utils import should_reduce_range
+    except ImportError:
+        raise ValueError(f'--precision {precision} needs torchao: pip install -e ".[int8]"') from None
+    return Int8Tensor, PerRow, should_reduce_range
+
+
+def quantize_per_tensor(x: torch.Tensor, qmax: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x (N, K) float -> (uint8 values (N, K), scale (), zero point () int64) for the range [0, qmax]: the
+    asymmetric per-tensor quantization of torchao's ``choose_qparams_affine`` and ``quantize_affine`` (the
+    range always holds 0; x times 1 / scale in fp32, rounded half to even, + zero point, clamped)."""
+    low, high = torch.aminmax(x)  # (), () exact in x's dtype
+    low, high = low.float().clamp_max(0.0), high.float().clamp_min(0.0)
+    scale = ((high - low) / qmax).clamp_min_(EPS)  # ()
+    zero_point = (-low / scale).round_().to(torch.int64)  # ()
+    # (N, K) times a 1-element fp32 tensor: fp32 products even for a bf16 x (times a 0-dim one they
+    # would be rounded to bf16 and miss by one), with no fp32 copy of x made first
+    scaled = x * (1.0 / scale).reshape(1)  # (N, K) fp32
+    values = scaled.round_().add_(zero_point).clamp_(0, qmax).to(torch.uint8)  # (N, K)
+    return values, scale, zero_point
+
+
+class Int8Linear(nn.Module):
+    """``F.linear(x, weight, bias)`` in int8 (see the module docstring): x (..., in) -> (..., out) in
+    ``out_dtype``. Holds the int8 weight (as it is, and in oneDNN's layout), its scales and an fp32 bias."""
+
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype, precision: str
+    ):  # fmt: skip
+        super().__init__()
+        Int8Tensor, PerRow, should_reduce_range = _torchao(precision)
+        reduce = should_reduce_range(torch.device("cpu"))
+        quantized = Int8Tensor.from_hp(weight.detach().float().cpu(), PerRow(), reduce_range=reduce)
+        self.out_features, self.in_features = weight.shape
+        self.weight_int8 = quantized.qdata  # (out, in) int8, kept for inspection
+        self.weight_scale = quantized.scale.flatten().float()  # (out,)
+        self.weight_zero_point = torch.zeros(self.out_features, dtype=torch.int64)  # (out,) symmetric
+        self.packed = torch.ops.onednn.qlinear_prepack(self.weight_int8, None)  # oneDNN's layout, once
+        self.bias = None if bias is None else bias.detach().float().cpu()  # (out,)
+        self.out_dtype, self.input_max = out_dtype, 127 if reduce else 255
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)  # (N, in)
+        values, scale, zero_point = quantize_per_tensor(rows, self.input_max)  # (N, in) uint8, (), ()
+        # (N, out): the int32 sums scaled back to out_dtype (output scale 1, zero point 0), + the bias
+        out = torch.ops.onednn.qlinear_pointwise.tensor(
+            values, scale, zero_point, self.packed, self.weight_scale, self.weight_zero_point, self.bias,
+            1.0, 0, self.out_dtype, "none", [], "",
+        )  # fmt: skip
+        return out.reshape(*x.shape[:-1], self.out_features)  # (..., out)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 -> {self.out_dtype}"
+
+
+def _int8_projection(attention: MultiHeadAttention, dtype: torch.dtype, precision: str):
+    """``attention.project`` over int8 rows of its packed projection: one Int8Linear per part asked for."""
+    weight, bias = attention.qkv_proj.weight.detach(), attention.qkv_proj.bias.detach()
+    parts: dict[tuple, Int8Linear] = {}
+
+    def project(x: torch.Tensor, part: slice) -> torch.Tensor:  # (B, T, D) -> (B, T, rows of part)
+        key = (part.start, part.stop)
+        if key not in parts:
+            parts[key] = Int8Linear(weight[part], bias[part], dtype, precision)
+        return parts[key](x)
+
+    return project
 
 
 def quantized_model(model: Transformer, precision: str) -> Transformer:
-    """A copy of ``model`` with int8 linear layers for ``precision`` (one of ``QUANTIZED``), in eval mode,
+    """A copy of ``model`` with ``Int8Linear`` layers for ``precision`` (one of ``QUANTIZED``), in eval mode,
     on the CPU; ``model`` itself is left as it is."""
-    logging.getLogger("torchao").setLevel(logging.ERROR)  # its optional GPU kernels fail to load on a CPU
-    try:
-        from torchao.quantization import Int8DynamicActivationInt8WeightConfig as Int8Dynamic
-        from torchao.quantization import Int8WeightOnlyConfig, quantize_
-    except ImportError:
-        raise ValueError(f'--precision {precision} needs torchao: pip install -e ".[int8]"') from None
-    quantized = copy.deepcopy(model).cpu().eval()
-    if precision == INT8:
-        config = Int8Dynamic(set_inductor_config=False)  # nothing here is compiled
-    elif precision == INT8_BF16:
-        quantized, config = quantized.bfloat16(), Int8WeightOnlyConfig(set_inductor_config=False)
-    else:
+    if precision not in QUANTIZED:
         raise ValueError(f"quantized precisions are {', '.join(QUANTIZED)}, got {precision!r}")
-    quantize_(quantized, config, filter_fn=untied_linear(quantized))  # in place
-    return quantized
-
-
-def untied_linear(model: nn.Module) -> Callable[[nn.Module, str], bool]:
-    """Which modules to quantize: every ``nn.Linear`` but one whose weight an embedding shares (the output
-    projection tied to the target embedding, §3.4). Quantizing that one would store the vocabulary matrix
-    twice, int8 for the projection and unquantized for the lookup; left as it is, it is stored once and
-    the output layer multiplies in the model's dtype (fp32, or bf16 for int8-bf16)."""
-    shared = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    return lambda module, name: isinstance(module, nn.Linear) and id(module.weight) not in shared
+    _torchao(precision)  # refuse before copying when it is missing
+    dtype = torch.bfloat16 if precision == INT8_BF16 else torch.float32  # of everything but the products
+    quantized = copy.deepcopy(model).cpu().eval()  # fp32 weights are quantized, then the rest cast
+    for attention in [m for m in quantized.modules() if isinstance(m, MultiHeadAttention)]:
+        attention.project = _int8_projection(attention, dtype, precision)  # before qkv_proj is replaced
+    for parent in list(quantized.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear):
+                out_dtype = torch.float32 if child is quantized.output_proj else dtype  # fp32 logits
+                setattr(parent, name, Int8Linear(child.weight, child.bias, out_dtype, precision))
+    return quantized.to(dtype)  # embeddings, LayerNorm; an Int8Linear keeps its own tensors

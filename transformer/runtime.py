@@ -80,10 +80,10 @@ def _cpu_has(feature: str, unknown: bool = True) -> bool:
 def slow_precision(precision: str, device: torch.device) -> str | None:
     """Why ``precision`` ("bf16", "int8", ...) runs SLOWER than fp32 on this CPU, or None when it need not.
 
-    bf16 (autocast, or int8-bf16's bf16 products) on a CPU without AVX512-BF16 or AMX multiplies in emulated
-    bf16, and int8 (torchao) without VNNI or AMX falls back to a reference int8 matmul. On a 2-core AVX2 CPU
-    (docs/benchmarks.md) greedy decoding ran at 0.18x fp32's speed in bf16 and 0.07x in int8, a 256-1024
-    int8 matmul at 1/46.
+    bf16 (autocast, a bf16 copy, or int8-bf16's bf16 layers) on a CPU without AVX512-BF16 or AMX runs in
+    emulated bf16, and int8 without VNNI or AMX multiplies with a slow kernel. On a 2-core AVX2 CPU
+    (docs/benchmarks.md) greedy decoding ran at 0.18x fp32's speed in bf16 and 0.07x in int8 (torchao's
+    layer of then), a 256-1024 int8 matmul at 1/46.
     """
     if device.type != "cpu":
         return None
@@ -104,17 +104,19 @@ ONEDNN_CACHE_CAPACITY = 16384  # oneDNN's default is 1024
 
 
 def size_onednn_cache(device: torch.device, dtype: torch.dtype | None) -> None:
-    """Let oneDNN keep 16384 compiled kernels instead of 1024, for bf16 on the CPU; before its first matmul.
+    """Let oneDNN keep 16384 compiled kernels instead of 1024, for bf16 (training and decoding) and int8
+    (decoding, ``quantize.py``) products on the CPU; before the first matmul.
 
-    bf16 matmuls on the CPU go through oneDNN, which compiles a kernel (a "primitive") for every shape and
-    keeps the last ``ONEDNN_PRIMITIVE_CACHE_CAPACITY``. A Multi30k epoch's batches come in ~170 shapes
-    (the same every epoch), each with ~50 forward and backward matmuls: ~8000 kernels. 1024 do not hold
+    bf16 and int8 matmuls on the CPU go through oneDNN, which compiles a kernel (a "primitive") for every
+    shape and keeps the last ``ONEDNN_PRIMITIVE_CACHE_CAPACITY``. A Multi30k epoch's batches come in ~170
+    shapes (the same every epoch), each with ~50 forward and backward matmuls: ~8000 kernels. 1024 do not hold
     them, so every step compiled its kernels again and bf16 training ran no faster than fp32 (2.02 against
     1.95 steps a second on an Intel Xeon with AMX); with 16384, 2.72, for 5.7 GB of memory against 4.0
     (docs/benchmarks.md: oneDNN's kernel cache). The variable is read at oneDNN's first primitive, so this
     must run before any bf16 matmul; a value the user set is kept. fp32 matmuls do not use this cache.
+    Decoding multiplies a new number of rows at most steps (sentences finish): as many kernels per shape.
     """
-    if device.type == "cpu" and dtype == torch.bfloat16:
+    if device.type == "cpu" and dtype in (torch.bfloat16, torch.int8):
         os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_CACHE_CAPACITY))
 
 

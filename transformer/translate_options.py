@@ -123,8 +123,8 @@ def add_output_arguments(parser) -> None:
     parser.add_argument(
         "--precision", default="auto", choices=DECODE_PRECISIONS,
         help="autocast: auto = bf16 on CUDA, fp32 on the CPU (a run validated in results.json's precision); "
-        "int8: int8 linear layers on the CPU (torchao, the extra .[int8]); int8-bf16: the same weights, bf16 "
-        "inputs and products (default: auto)",
+        "int8: linear layers multiply in int8 on the CPU (torchao, the extra .[int8]), the rest fp32; "
+        "int8-bf16: the same, the rest bf16 (default: auto)",
     )  # fmt: skip
 
 

@@ -47,7 +47,7 @@ from transformer.evaluation import bleu_chrf
 from transformer.interop.released import is_released
 from transformer.model import Attention, Transformer
 from transformer.packed import WORTH_PACKING, packed_decoder
-from transformer.quantize import INT8_BF16, QUANTIZED, quantized_model
+from transformer.quantize import QUANTIZED, quantized_model
 from transformer.runtime import autocast, autocast_dtype, resolve_device, size_onednn_cache, slow_precision
 from transformer.sampling import Sampling, sample_tokens
 from transformer.tokenizer import Tokenizer
@@ -56,15 +56,16 @@ from transformer.tokenizer import Tokenizer
 def decoding_model(
     model: Transformer, precision: str, device: torch.device
 ) -> tuple[Transformer, torch.dtype | None, torch.dtype | None]:
-    """The model to decode with for ``precision``, its autocast dtype and the dtype of its matmuls (None:
-    fp32). On the CPU, bf16 and the int8 precisions decode a copy (``model`` is left as it is) without
-    autocast: a bf16 copy of the model for bf16 (1.13x autocast's speed in greedy decoding on an AMD EPYC:
-    no weight or input is cast at each call), int8 linear layers for int8 / int8-bf16 (``quantize.py``).
-    Scores stay fp32 in every precision (``decoding.py``). Elsewhere: ``model`` under autocast."""
+    """The model to decode with for ``precision``, its autocast dtype and the dtype of its linear layers'
+    products (None: fp32). On the CPU, bf16 and the int8 precisions decode a copy (``model`` is left as it
+    is) without autocast: a bf16 copy of the model for bf16 (1.13x autocast's speed in greedy decoding on an
+    AMD EPYC: no weight or input is cast at each call), int8 linear layers for int8 / int8-bf16
+    (``quantize.py``). Scores stay fp32 in every precision (``decoding.py``). Elsewhere: ``model`` under
+    autocast."""
     if precision in QUANTIZED:
         if device.type != "cpu":
             raise ValueError(f"precision {precision} decodes on the CPU, not on {device}")
-        return quantized_model(model, precision), None, torch.bfloat16 if precision == INT8_BF16 else None
+        return quantized_model(model, precision), None, torch.int8
     if precision == "bf16" and device.type == "cpu":
         return copy.deepcopy(model).to(torch.bfloat16), None, torch.bfloat16
     dtype = autocast_dtype(precision, device)  # None = fp32
@@ -165,7 +166,7 @@ class Translator:
             warn(f"--precision {precision}: {slow}")
         model, self.dtype, products = decoding_model(model, precision, self.device)  # dtype: of autocast
         self.model, self.tokenizer, self.settings = model.to(self.device).eval(), tokenizer, settings
-        size_onednn_cache(self.device, products)  # bf16 on the CPU: keep every shape's kernel (runtime.py)
+        size_onednn_cache(self.device, products)  # bf16 / int8 on the CPU: keep every shape's kernel
         self.warn = warn
         self.home_thread = threading.current_thread()  # the thread that built it (_check_thread)
         self.warned_thread = False
