@@ -1,5 +1,5 @@
 """int8 decoding (transformer/quantize.py, translate.py --precision int8 | int8-bf16): every linear layer of a
-copy of the model multiplies in int8 (torchao's per-channel weights, inputs quantized per tensor as torchao
+copy of the model multiplies in int8 (torchao's per-channel weights, inputs quantized per row as torchao
 does, oneDNN's int8 kernel summing exactly what the int8 values say), the rest of the copy is fp32 (int8) or
 bf16 (int8-bf16), the model itself is left untouched, the logits stay close to fp32's while really
 differing, and the quantized translator translates and scores like the fp32 one."""
@@ -16,7 +16,7 @@ import translate
 from transformer.checkpoint import load_for_inference
 from transformer.config import ModelConfig
 from transformer.model import Transformer
-from transformer.quantize import QUANTIZED, Int8Linear, quantize_per_tensor, quantized_model
+from transformer.quantize import QUANTIZED, Int8Linear, quantize_per_row, quantized_model
 from transformer.translator import Translator
 
 pytest.importorskip("torchao")
@@ -37,55 +37,68 @@ LINES = [
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
-@pytest.mark.parametrize("qmax", (255, 127))  # 127: a CPU without VNNI (torchao's reduce_range)
-def test_inputs_are_quantized_as_torchao_quantizes_them(dtype, qmax):
+@pytest.mark.parametrize("qmax", (127, 63))  # 63: a CPU without VNNI (torchao's reduce_range)
+def test_inputs_are_quantized_per_row_as_torchao_quantizes_them(dtype, qmax):
     torch.manual_seed(0)
-    for x in (torch.randn(37, 64) * 3 + 1, torch.rand(5, 64) + 0.5, -torch.rand(5, 64)):  # 0 in range, or not
-        x = x.to(dtype)
-        values, scale, zero_point = quantize_per_tensor(x, qmax)
-        theirs = choose_qparams_affine(
-            x.float(), MappingType.ASYMMETRIC, x.shape, torch.uint8, quant_min=0, quant_max=qmax,
-            eps=torch.finfo(torch.float32).eps,
-        )  # fmt: skip
-        assert values.dtype == torch.uint8 and int(values.max()) <= qmax
-        torch.testing.assert_close(scale, theirs[0].reshape(()), rtol=0, atol=0)
-        assert int(zero_point) == int(theirs[1])
-        expected = quantize_affine(x.float(), x.shape, *theirs, torch.uint8, quant_min=0, quant_max=qmax)
-        assert torch.equal(values, expected)
+    x = torch.cat([torch.randn(30, 64) * 3 + 1, torch.rand(5, 64) + 0.5, torch.zeros(1, 64)]).to(dtype)
+    values, scale = quantize_per_row(x, qmax)  # (36, 64) uint8, (36, 1)
+    theirs = choose_qparams_affine(
+        x.float(), MappingType.SYMMETRIC, (1, 64), torch.int8, quant_min=-qmax - 1, quant_max=qmax,
+        eps=torch.finfo(torch.float32).eps,
+    )  # fmt: skip
+    assert values.dtype == torch.uint8 and scale.shape == (36, 1)
+    torch.testing.assert_close(scale, theirs[0].reshape(36, 1), rtol=0, atol=0)
+    expected = quantize_affine(x.float(), (1, 64), *theirs, torch.int8, quant_min=-qmax - 1, quant_max=qmax)
+    assert torch.equal(values.int() - 128, expected.int())  # int8 values, shifted into uint8 by 128
+    assert int(values.max()) == 128 + qmax  # each row's largest magnitude uses the whole range
 
 
 @pytest.mark.parametrize("out_dtype", (torch.float32, torch.bfloat16))
-def test_an_int8_linear_layer_sums_exactly_its_int8_values(out_dtype):
+@pytest.mark.parametrize("bias", (True, False))
+def test_an_int8_linear_layer_sums_exactly_its_int8_values(out_dtype, bias):
     """oneDNN's products = the dequantized input times the dequantized weight, + the bias, to float
     rounding: no scale, zero point or bias lost or applied twice; and close to the fp32 layer."""
     torch.manual_seed(0)
-    linear = nn.Linear(64, 48)
-    x = torch.randn(3, 7, 64) * 2 + 0.5  # (B, T, in): a zero point far from 128
+    linear = nn.Linear(64, 48, bias=bias)
+    x = torch.randn(3, 7, 64) * 2 + 0.5  # (B, T, in)
     layer = Int8Linear(linear.weight, linear.bias, out_dtype, "int8")
     got = layer(x)  # (3, 7, 48)
     assert got.shape == (3, 7, 48) and got.dtype == out_dtype
-    values, scale, zero_point = quantize_per_tensor(x.reshape(-1, 64), 255)  # (21, 64)
-    inputs = (values.double() - int(zero_point)) * scale.double()  # (21, 64) what the int8 values say
+    values, scale = quantize_per_row(x.reshape(-1, 64), 127)  # (21, 64), (21, 1)
+    inputs = (values.double() - 128) * scale.double()  # (21, 64) what the int8 values say
     weight = layer.weight_int8.double() * layer.weight_scale.double()[:, None]  # (48, 64)
-    exact = (inputs @ weight.T + linear.bias.double()).reshape(3, 7, 48)  # (3, 7, 48)
+    exact = inputs @ weight.T + (linear.bias.double() if bias else 0)  # (21, 48)
     tolerance = 1e-5 if out_dtype == torch.float32 else 1e-2
-    torch.testing.assert_close(got.double(), exact, rtol=tolerance, atol=tolerance)
+    torch.testing.assert_close(got.double(), exact.reshape(3, 7, 48), rtol=tolerance, atol=tolerance)
     assert int(layer.weight_int8.abs().max()) >= 127  # each row's largest weight uses the whole range
     reference = linear(x).detach()  # (3, 7, 48)
     error = ((got.float() - reference).abs().max() / reference.abs().max()).item()
     assert 0 < error < 0.03, error
 
 
+def test_a_row_is_multiplied_the_same_whatever_the_other_rows():
+    """One scale per row: a sentence's int8 products do not depend on the other sentences of its batch
+    (with one scale per tensor, a row with larger values would coarsen every other row)."""
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 48)
+    layer = Int8Linear(linear.weight, linear.bias, torch.float32, "int8")
+    x = torch.randn(6, 64)
+    x[5] *= 50  # (6, 64) one row of much larger values
+    together = layer(x)  # (6, 48)
+    for row in range(6):
+        assert torch.equal(layer(x[row : row + 1]), together[row : row + 1]), row
+
+
 def test_a_cpu_without_vnni_keeps_one_bit_less(monkeypatch):
-    """torchao's reduce_range: weights in [-64, 63], inputs in [0, 127], so that 16-bit sums cannot
-    overflow."""
+    """torchao's reduce_range: weights in [-64, 63], inputs in [-64, 63] (64 to 191 shifted), so that
+    16-bit sums cannot overflow."""
     import torchao.utils
 
     monkeypatch.setattr(torchao.utils, "should_reduce_range", lambda device: True)
     torch.manual_seed(0)
     linear = nn.Linear(64, 48)
     layer = Int8Linear(linear.weight, linear.bias, torch.float32, "int8")
-    assert layer.input_max == 127
+    assert layer.input_max == 63
     assert int(layer.weight_int8.min()) >= -64 and int(layer.weight_int8.max()) <= 63
     x = torch.randn(5, 64)
     torch.testing.assert_close(layer(x), linear(x).detach(), rtol=0.05, atol=0.05)

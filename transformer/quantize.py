@@ -6,12 +6,14 @@ it is tied to the target embedding) becomes an ``Int8Linear``:
 
 - its weight is stored as int8 with one scale per output channel, quantized by torchao
   (``Int8Tensor.from_hp``, symmetric, per row), the maintained successor of ``torch.ao.quantization``;
-- at every call its input is quantized to uint8 with one scale and zero point for the whole tensor, as
-  torchao's ``choose_qparams_affine`` / ``quantize_affine`` (asymmetric) compute them: what torchao's x86
-  quantizer does for dynamic quantization;
-- the int8 products are summed in int32 and scaled back by oneDNN's int8 linear, on a weight laid out for
-  it once (``torch.ops.onednn.qlinear_prepack`` / ``qlinear_pointwise``: the kernels that torchao's x86
-  Inductor passes lower its quantized linear layers to). No matmul here is written by hand.
+- at every call its input is quantized to int8 with one scale per row (per token), symmetric, as
+  torchao's ``choose_qparams_affine`` / ``quantize_affine`` compute them for its dynamic int8 layers
+  (``Int8DynamicActivationInt8WeightConfig``'s default) and as CTranslate2's ``int8`` does: a sentence's
+  translation does not depend on the other sentences of its batch, as it would with one scale per tensor;
+- the int8 products are summed in int32 by oneDNN's int8 linear, on a weight laid out for it once
+  (``torch.ops.onednn.qlinear_prepack`` / ``qlinear_pointwise``: the kernels that torchao's x86 Inductor
+  passes lower its quantized linear layers to), and scaled back by the weight's and the row's scales. No
+  matmul here is written by hand.
 
 The two precisions differ in everything else: ``int8`` keeps the rest of the model fp32 (embeddings,
 LayerNorm, softmax and the attention's own matmuls of activations by activations, Eq. 1, which have no
@@ -37,6 +39,8 @@ from transformer.model import Transformer
 QUANTIZED = QUANTIZED_PRECISIONS  # the decoding precisions that quantize (config.py holds the list)
 INT8, INT8_BF16 = QUANTIZED  # int8 products, the rest fp32 | int8 products, the rest bf16
 EPS = torch.finfo(torch.float32).eps  # torchao's smallest scale
+ZERO_POINT = 128  # int8 inputs shifted into oneDNN's uint8
+ZERO_POINT_TENSOR, ONE = torch.tensor(ZERO_POINT), torch.tensor(1.0)  # the shift and scale oneDNN undoes
 
 
 def _torchao(precision: str):
@@ -49,19 +53,17 @@ def _torchao(precision: str):
     return Int8Tensor, PerRow, should_reduce_range
 
 
-def quantize_per_tensor(x: torch.Tensor, qmax: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x (N, K) float -> (uint8 values (N, K), scale (), zero point () int64) for the range [0, qmax]: the
-    asymmetric per-tensor quantization of torchao's ``choose_qparams_affine`` and ``quantize_affine`` (the
-    range always holds 0; x times 1 / scale in fp32, rounded half to even, + zero point, clamped)."""
-    low, high = torch.aminmax(x)  # (), () exact in x's dtype
-    low, high = low.float().clamp_max(0.0), high.float().clamp_min(0.0)
-    scale = ((high - low) / qmax).clamp_min_(EPS)  # ()
-    zero_point = (-low / scale).round_().to(torch.int64)  # ()
-    # (N, K) times a 1-element fp32 tensor: fp32 products even for a bf16 x (times a 0-dim one they
-    # would be rounded to bf16 and miss by one), with no fp32 copy of x made first
-    scaled = x * (1.0 / scale).reshape(1)  # (N, K) fp32
-    values = scaled.round_().add_(zero_point).clamp_(0, qmax).to(torch.uint8)  # (N, K)
-    return values, scale, zero_point
+def quantize_per_row(x: torch.Tensor, qmax: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (N, K) float -> (int8 values + 128 as uint8 (N, K), one scale per row (N, 1) fp32) for the int8
+    range [-qmax - 1, qmax]: the symmetric per-row quantization of torchao's ``choose_qparams_affine`` and
+    ``quantize_affine`` (scale = the row's largest magnitude / (qmax + 0.5); x times 1 / scale in fp32,
+    rounded half to even, clamped). Shifted by 128 for oneDNN, whose int8 kernels take uint8 inputs and
+    one zero point: 128 for every row."""
+    largest = x.abs().amax(dim=-1, keepdim=True).float()  # (N, 1) exact in x's dtype
+    scale = (largest / (qmax + 0.5)).clamp_min_(EPS)  # (N, 1)
+    scaled = x * (1.0 / scale)  # (N, K) fp32 products even for a bf16 x (a dimensioned fp32 factor)
+    values = scaled.round_().clamp_(-qmax - 1, qmax).add_(ZERO_POINT).to(torch.uint8)  # (N, K)
+    return values, scale
 
 
 class Int8Linear(nn.Module):
@@ -81,17 +83,18 @@ class Int8Linear(nn.Module):
         self.weight_zero_point = torch.zeros(self.out_features, dtype=torch.int64)  # (out,) symmetric
         self.packed = torch.ops.onednn.qlinear_prepack(self.weight_int8, None)  # oneDNN's layout, once
         self.bias = None if bias is None else bias.detach().float().cpu()  # (out,)
-        self.out_dtype, self.input_max = out_dtype, 127 if reduce else 255
+        self.out_dtype, self.input_max = out_dtype, 63 if reduce else 127
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # (N, in)
-        values, scale, zero_point = quantize_per_tensor(rows, self.input_max)  # (N, in) uint8, (), ()
-        # (N, out): the int32 sums scaled back to out_dtype (output scale 1, zero point 0), + the bias
+        values, row_scale = quantize_per_row(rows, self.input_max)  # (N, in) uint8, (N, 1)
+        # (N, out) fp32: the int32 sums times the weight's scales (input scale 1, zero point 128)
         out = torch.ops.onednn.qlinear_pointwise.tensor(
-            values, scale, zero_point, self.packed, self.weight_scale, self.weight_zero_point, self.bias,
-            1.0, 0, self.out_dtype, "none", [], "",
+            values, ONE, ZERO_POINT_TENSOR, self.packed, self.weight_scale, self.weight_zero_point, None,
+            1.0, 0, torch.float32, "none", [], "",
         )  # fmt: skip
-        return out.reshape(*x.shape[:-1], self.out_features)  # (..., out)
+        out = out.mul_(row_scale) if self.bias is None else torch.addcmul(self.bias, out, row_scale)
+        return out.to(self.out_dtype).reshape(*x.shape[:-1], self.out_features)  # (..., out)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 -> {self.out_dtype}"
