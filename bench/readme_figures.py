@@ -146,8 +146,9 @@ def results_table(figures: dict) -> str:
          f"{compare['ours_int8']:.0f} vs {compare['hf_generate']:.0f} vs {compare['ct2_fp32']:.0f} / "
          f"{compare['ct2_int8']:.0f} sentences/s (ours {compare['ours'] / compare['hf_generate']:.2f}× "
          f"`generate()`, {compare['ours'] / compare['ct2_fp32']:.2f}× CTranslate2 fp32; bf16 "
-         f"{compare['ours_bf16'] / compare['ct2_int8']:.2f}× and int8-bf16 "
-         f"{compare['ours_int8_bf16'] / compare['ct2_int8']:.2f}× CTranslate2 int8)"),
+         f"{compare['ours_bf16'] / compare['ct2_int8']:.2f}×, int8-bf16 "
+         f"{compare['ours_int8_bf16'] / compare['ct2_int8']:.2f}× and int8 "
+         f"{compare['ours_int8'] / compare['ct2_int8']:.2f}× CTranslate2 int8)"),
         (f"beam 4 decoding speed, same checkpoint: ours vs `generate(num_beams=4)` vs CTranslate2 fp32 "
          f"({compare['date']})",
          f"{beam['ours']:.0f} vs {beam['hf_generate']:.0f} vs {beam['ct2_fp32']:.0f} sentences/s (ours "
