@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import translate
+from transformer import quantize
 from transformer.checkpoint import load_for_inference
 from transformer.config import ModelConfig
 from transformer.model import Transformer
@@ -221,6 +222,9 @@ def test_quantizing_needs_torchao_and_a_cpu_and_says_so(tiny_checkpoint, monkeyp
         Translator(model, tokenizer, config.eval, "cuda", precision)  # refused before anything moves
     with pytest.raises(ValueError, match="quantized precisions are int8, int8-bf16, got 'fp8'"):
         quantized_model(model, "fp8")
+    monkeypatch.setattr(quantize, "has_onednn_int8", lambda: False)  # a PyTorch without oneDNN's int8
+    with pytest.raises(ValueError, match=rf"--precision {precision} needs PyTorch's oneDNN int8 kernels"):
+        quantized_model(model, precision)
     monkeypatch.setitem(sys.modules, "torchao.quantization", None)  # as if torchao were not installed
     with pytest.raises(ValueError, match=rf"--precision {precision} needs torchao: pip install -e \S+int8"):
         quantized_model(model, precision)

@@ -53,6 +53,14 @@ def _torchao(precision: str):
     return Int8Tensor, PerRow, should_reduce_range
 
 
+def has_onednn_int8() -> bool:
+    """Whether this PyTorch has oneDNN's int8 linear (x86 builds do; others may not)."""
+    ops = torch.ops.onednn
+    return torch.backends.mkldnn.is_available() and all(
+        hasattr(ops, name) for name in ("qlinear_prepack", "qlinear_pointwise")
+    )
+
+
 def quantize_per_row(x: torch.Tensor, qmax: int) -> tuple[torch.Tensor, torch.Tensor]:
     """x (N, K) float -> (int8 values + 128 as uint8 (N, K), one scale per row (N, 1) fp32) for the int8
     range [-qmax - 1, qmax]: the symmetric per-row quantization of torchao's ``choose_qparams_affine`` and
@@ -120,6 +128,11 @@ def quantized_model(model: Transformer, precision: str) -> Transformer:
     if precision not in QUANTIZED:
         raise ValueError(f"quantized precisions are {', '.join(QUANTIZED)}, got {precision!r}")
     _torchao(precision)  # refuse before copying when it is missing
+    if not has_onednn_int8():
+        raise ValueError(
+            f"--precision {precision} needs PyTorch's oneDNN int8 kernels "
+            "(torch.ops.onednn.qlinear_pointwise), which this PyTorch build lacks: use fp32 or bf16"
+        )
     dtype = torch.bfloat16 if precision == INT8_BF16 else torch.float32  # of everything but the products
     quantized = copy.deepcopy(model).cpu().eval()  # fp32 weights are quantized, then the rest cast
     for attention in [m for m in quantized.modules() if isinstance(m, MultiHeadAttention)]:
