@@ -8,7 +8,7 @@ times, in turn:
 - fp32: ``nn.Linear`` (``F.linear``);
 - bf16: the same layer cast to bf16, on a bf16 input (what ``--precision bf16``'s copy of the model runs);
 - int8: ``transformer.quantize.Int8Linear`` (torchao's int8 weights per output channel, the input quantized
-  per tensor at every call, oneDNN's int8 kernel on the weight laid out once), on an fp32 input.
+  per row at every call, oneDNN's int8 kernel on the weight laid out once), on an fp32 input.
 Prints microseconds per call, the speed-ups over fp32, and the int8 layer's largest error relative to
 fp32's output. Needs the extra ``.[int8]``; on a CPU without VNNI or AMX int8 runs a slow kernel, and bf16
 without AVX512-BF16 or AMX an emulated one.
@@ -39,7 +39,7 @@ def microseconds(layer, x: torch.Tensor, calls: int) -> float:
 def compare(fp32: nn.Linear, rows: int, calls: int) -> str:
     """One line: the three layers' microseconds per call on ``rows`` random rows, speed-ups, int8's error."""
     bf16 = copy.deepcopy(fp32).bfloat16()
-    int8 = Int8Linear(fp32.weight, fp32.bias, torch.float32, "int8")
+    int8 = Int8Linear.quantize(fp32.weight, fp32.bias, torch.float32, "int8")
     x = torch.randn(rows, fp32.in_features)  # (M, in)
     reference = fp32(x)  # (M, out)
     error = ((int8(x) - reference).abs().max() / reference.abs().max()).item()

@@ -40,6 +40,8 @@ LINES = [
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
 @pytest.mark.parametrize("qmax", (127, 63))  # 63: a CPU without VNNI (torchao's reduce_range)
 def test_inputs_are_quantized_per_row_as_torchao_quantizes_them(dtype, qmax):
+    """As torchao quantizes an fp32 input; a bf16 input as its exact fp32 values (torchao would compute
+    a bf16 input's scales in bf16)."""
     torch.manual_seed(0)
     x = torch.cat([torch.randn(30, 64) * 3 + 1, torch.rand(5, 64) + 0.5, torch.zeros(1, 64)]).to(dtype)
     values, scale = quantize_per_row(x, qmax)  # (36, 64) uint8, (36, 1)
@@ -62,16 +64,16 @@ def test_an_int8_linear_layer_sums_exactly_its_int8_values(out_dtype, bias):
     torch.manual_seed(0)
     linear = nn.Linear(64, 48, bias=bias)
     x = torch.randn(3, 7, 64) * 2 + 0.5  # (B, T, in)
-    layer = Int8Linear(linear.weight, linear.bias, out_dtype, "int8")
+    layer = Int8Linear.quantize(linear.weight, linear.bias, out_dtype, "int8")
     got = layer(x)  # (3, 7, 48)
     assert got.shape == (3, 7, 48) and got.dtype == out_dtype
-    values, scale = quantize_per_row(x.reshape(-1, 64), 127)  # (21, 64), (21, 1)
+    values, scale = quantize_per_row(x.reshape(-1, 64), layer.input_max)  # (21, 64), (21, 1)
     inputs = (values.double() - 128) * scale.double()  # (21, 64) what the int8 values say
     weight = layer.weight_int8.double() * layer.weight_scale.double()[:, None]  # (48, 64)
     exact = inputs @ weight.T + (linear.bias.double() if bias else 0)  # (21, 48)
     tolerance = 1e-5 if out_dtype == torch.float32 else 1e-2
     torch.testing.assert_close(got.double(), exact.reshape(3, 7, 48), rtol=tolerance, atol=tolerance)
-    assert int(layer.weight_int8.abs().max()) >= 127  # each row's largest weight uses the whole range
+    assert int(layer.weight_int8.abs().max()) >= layer.input_max  # the largest weight uses the whole range
     reference = linear(x).detach()  # (3, 7, 48)
     error = ((got.float() - reference).abs().max() / reference.abs().max()).item()
     assert 0 < error < 0.03, error
@@ -82,7 +84,7 @@ def test_a_row_is_multiplied_the_same_whatever_the_other_rows():
     (with one scale per tensor, a row with larger values would coarsen every other row)."""
     torch.manual_seed(0)
     linear = nn.Linear(64, 48)
-    layer = Int8Linear(linear.weight, linear.bias, torch.float32, "int8")
+    layer = Int8Linear.quantize(linear.weight, linear.bias, torch.float32, "int8")
     x = torch.randn(6, 64)
     x[5] *= 50  # (6, 64) one row of much larger values
     together = layer(x)  # (6, 48)
@@ -98,10 +100,12 @@ def test_a_cpu_without_vnni_keeps_one_bit_less(monkeypatch):
     monkeypatch.setattr(torchao.utils, "should_reduce_range", lambda device: True)
     torch.manual_seed(0)
     linear = nn.Linear(64, 48)
-    layer = Int8Linear(linear.weight, linear.bias, torch.float32, "int8")
+    layer = Int8Linear.quantize(linear.weight, linear.bias, torch.float32, "int8")
     assert layer.input_max == 63
     assert int(layer.weight_int8.min()) >= -64 and int(layer.weight_int8.max()) <= 63
     x = torch.randn(5, 64)
+    values, _ = quantize_per_row(x, layer.input_max)  # (5, 64)
+    assert int(values.min()) >= 64 and int(values.max()) <= 191  # -64..63, shifted by 128
     torch.testing.assert_close(layer(x), linear(x).detach(), rtol=0.05, atol=0.05)
 
 
@@ -152,6 +156,8 @@ def test_cross_attention_projects_keys_and_values_in_int8():
             torch.testing.assert_close(
                 attention.project(memory, part), reference.project(memory, part), rtol=0.05, atol=0.05
             )
+            # the part's rows of the whole int8 projection, exactly: the same int8 values and scales
+            assert torch.equal(attention.project(memory, part), attention.qkv_proj(memory)[..., part])
     assert "project" in vars(attention) and not any(isinstance(m, nn.Linear) for m in attention.modules())
     torch.testing.assert_close(got, expected, rtol=0.05, atol=0.05)
     assert not torch.equal(got, expected)
@@ -209,10 +215,20 @@ def test_a_separate_output_projection_is_quantized_like_a_tied_one():
 
 
 @pytest.mark.parametrize("precision", QUANTIZED)
-def test_int8_keeps_onednn_kernels_as_bf16_does(tiny_checkpoint, onednn_env, precision):
-    """Its products are oneDNN kernels, one per shape: the kernel cache is sized as for bf16 (runtime.py)."""
+def test_int8_keeps_onednn_kernels_as_bf16_does(tiny_checkpoint, onednn_env, monkeypatch, precision):
+    """Its products are oneDNN kernels, one per shape: the kernel cache is sized as for bf16 (runtime.py),
+    before the first int8 layer is built (laying out its weight is oneDNN's first primitive)."""
+    sized_before = []
+    building = quantize.Int8Linear.__init__
+
+    def build(self, *args, **kwargs):
+        sized_before.append(os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY"))
+        building(self, *args, **kwargs)
+
+    monkeypatch.setattr(quantize.Int8Linear, "__init__", build)
     Translator.from_checkpoint(tiny_checkpoint, precision=precision)
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16384"
+    assert sized_before and set(sized_before) == {"16384"}
 
 
 @pytest.mark.parametrize("precision", QUANTIZED)

@@ -72,7 +72,7 @@ def test_bf16_and_int8_are_named_slow_only_on_a_cpu_without_their_instructions(m
     cpu_with(monkeypatch)  # an AVX2 CPU: neither
     assert "no bf16 matrix instructions" in slow_precision("bf16", cpu)
     assert "no int8 dot-product instructions" in slow_precision("int8", cpu)
-    assert "no bf16 matrix instructions" in slow_precision("int8-bf16", cpu)  # its products are bf16
+    assert "no bf16 matrix instructions" in slow_precision("int8-bf16", cpu)  # the rest of its model is bf16
     assert slow_precision("fp32", cpu) is None and slow_precision("auto", cpu) is None
     assert slow_precision("bf16", cuda) is None  # a GPU's bf16 is its own business
     cpu_with(monkeypatch, "avx512_bf16", "vnni")
@@ -82,7 +82,9 @@ def test_bf16_and_int8_are_named_slow_only_on_a_cpu_without_their_instructions(m
     cpu_with(monkeypatch, "vnni")
     assert slow_precision("bf16", cpu) is not None and slow_precision("int8", cpu) is None
     assert slow_precision("int8-bf16", cpu) is not None
-    cpu_with(monkeypatch, "avx512_bf16")
+    cpu_with(monkeypatch, "avx512_bf16")  # bf16 without int8 dot products
+    assert "no int8 dot-product instructions" in slow_precision("int8-bf16", cpu)
+    cpu_with(monkeypatch, "avx512_bf16", "vnni")
     assert slow_precision("int8-bf16", cpu) is None
 
 

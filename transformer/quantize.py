@@ -8,8 +8,9 @@ it is tied to the target embedding) becomes an ``Int8Linear``:
   (``Int8Tensor.from_hp``, symmetric, per row), the maintained successor of ``torch.ao.quantization``;
 - at every call its input is quantized to int8 with one scale per row (per token), symmetric, as
   torchao's ``choose_qparams_affine`` / ``quantize_affine`` compute them for its dynamic int8 layers
-  (``Int8DynamicActivationInt8WeightConfig``'s default) and as CTranslate2's ``int8`` does: a sentence's
-  translation does not depend on the other sentences of its batch, as it would with one scale per tensor;
+  (``Int8DynamicActivationInt8WeightConfig``'s default; for a bf16 input, the same computed in fp32) and
+  as CTranslate2's ``int8`` does: a token's int8 products do not depend on the other sentences of its
+  batch, as they would with one scale per tensor;
 - the int8 products are summed in int32 by oneDNN's int8 linear, on a weight laid out for it once
   (``torch.ops.onednn.qlinear_prepack`` / ``qlinear_pointwise``: the kernels that torchao's x86 Inductor
   passes lower its quantized linear layers to), and scaled back by the weight's and the row's scales. No
@@ -76,22 +77,39 @@ def quantize_per_row(x: torch.Tensor, qmax: int) -> tuple[torch.Tensor, torch.Te
 
 class Int8Linear(nn.Module):
     """``F.linear(x, weight, bias)`` in int8 (see the module docstring): x (..., in) -> (..., out) in
-    ``out_dtype``. Holds the int8 weight (as it is, and in oneDNN's layout), its scales and an fp32 bias."""
+    ``out_dtype``. Holds the int8 weight (as it is, and in oneDNN's layout), its scales and an fp32 bias;
+    ``quantize`` makes one from a float layer, ``rows`` one of some of its output rows."""
 
     def __init__(
-        self, weight: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype, precision: str
+        self, weight_int8: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None,
+        out_dtype: torch.dtype, input_max: int,
     ):  # fmt: skip
         super().__init__()
+        self.out_features, self.in_features = weight_int8.shape
+        self.weight_int8, self.weight_scale = weight_int8, weight_scale  # (out, in) int8, (out,) fp32
+        self.bias = bias  # (out,) fp32, or None
+        self.weight_zero_point = torch.zeros(self.out_features, dtype=torch.int64)  # (out,) symmetric
+        self.packed = torch.ops.onednn.qlinear_prepack(weight_int8, None)  # oneDNN's layout, once
+        self.out_dtype, self.input_max = out_dtype, input_max
+
+    @classmethod
+    def quantize(
+        cls, weight: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype, precision: str
+    ) -> "Int8Linear":  # fmt: skip
+        """The layer of float ``weight`` (out, in) and ``bias`` (out,), quantized by torchao (module
+        docstring); on a CPU without VNNI or AMX with one bit less (``should_reduce_range``)."""
         Int8Tensor, PerRow, should_reduce_range = _torchao(precision)
         reduce = should_reduce_range(torch.device("cpu"))
         quantized = Int8Tensor.from_hp(weight.detach().float().cpu(), PerRow(), reduce_range=reduce)
-        self.out_features, self.in_features = weight.shape
-        self.weight_int8 = quantized.qdata  # (out, in) int8, kept for inspection
-        self.weight_scale = quantized.scale.flatten().float()  # (out,)
-        self.weight_zero_point = torch.zeros(self.out_features, dtype=torch.int64)  # (out,) symmetric
-        self.packed = torch.ops.onednn.qlinear_prepack(self.weight_int8, None)  # oneDNN's layout, once
-        self.bias = None if bias is None else bias.detach().float().cpu()  # (out,)
-        self.out_dtype, self.input_max = out_dtype, 63 if reduce else 127
+        scale = quantized.scale.flatten().float()  # (out,)
+        bias = None if bias is None else bias.detach().float().cpu()  # (out,)
+        return cls(quantized.qdata, scale, bias, out_dtype, 63 if reduce else 127)
+
+    def rows(self, part: slice) -> "Int8Linear":
+        """The layer of output rows ``part`` only: the same int8 values and scales (one per row)."""
+        bias = None if self.bias is None else self.bias[part]
+        weight_int8, weight_scale = self.weight_int8[part], self.weight_scale[part]  # (rows, in), (rows,)
+        return Int8Linear(weight_int8, weight_scale, bias, self.out_dtype, self.input_max)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # (N, in)
@@ -101,22 +119,25 @@ class Int8Linear(nn.Module):
             values, ONE, ZERO_POINT_TENSOR, self.packed, self.weight_scale, self.weight_zero_point, None,
             1.0, 0, torch.float32, "none", [], "",
         )  # fmt: skip
-        out = out.mul_(row_scale) if self.bias is None else torch.addcmul(self.bias, out, row_scale)
+        if self.bias is None:
+            out = out.mul_(row_scale)  # (N, out)
+        else:
+            out = torch.addcmul(self.bias, out, row_scale)  # (N, out) bias + out * row_scale
         return out.to(self.out_dtype).reshape(*x.shape[:-1], self.out_features)  # (..., out)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 -> {self.out_dtype}"
 
 
-def _int8_projection(attention: MultiHeadAttention, dtype: torch.dtype, precision: str):
-    """``attention.project`` over int8 rows of its packed projection: one Int8Linear per part asked for."""
-    weight, bias = attention.qkv_proj.weight.detach(), attention.qkv_proj.bias.detach()
+def _int8_projection(qkv_proj: Int8Linear):
+    """``MultiHeadAttention.project`` for an int8 packed projection: each part asked for (cross-attention
+    asks for Q, then K and V) as an ``Int8Linear`` of those rows, made once."""
     parts: dict[tuple, Int8Linear] = {}
 
-    def project(x: torch.Tensor, part: slice) -> torch.Tensor:  # (B, T, D) -> (B, T, rows of part)
+    def project(x: torch.Tensor, part: slice) -> torch.Tensor:  # (B, T, D) -> (B, T, rows in part)
         key = (part.start, part.stop)
         if key not in parts:
-            parts[key] = Int8Linear(weight[part], bias[part], dtype, precision)
+            parts[key] = qkv_proj.rows(part)
         return parts[key](x)
 
     return project
@@ -135,11 +156,11 @@ def quantized_model(model: Transformer, precision: str) -> Transformer:
         )
     dtype = torch.bfloat16 if precision == INT8_BF16 else torch.float32  # of everything but the products
     quantized = copy.deepcopy(model).cpu().eval()  # fp32 weights are quantized, then the rest cast
-    for attention in [m for m in quantized.modules() if isinstance(m, MultiHeadAttention)]:
-        attention.project = _int8_projection(attention, dtype, precision)  # before qkv_proj is replaced
     for parent in list(quantized.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):
                 out_dtype = torch.float32 if child is quantized.output_proj else dtype  # fp32 logits
-                setattr(parent, name, Int8Linear(child.weight, child.bias, out_dtype, precision))
+                setattr(parent, name, Int8Linear.quantize(child.weight, child.bias, out_dtype, precision))
+    for attention in [m for m in quantized.modules() if isinstance(m, MultiHeadAttention)]:
+        attention.project = _int8_projection(attention.qkv_proj)  # an instance attribute, as packed.py's
     return quantized.to(dtype)  # embeddings, LayerNorm; an Int8Linear keeps its own tensors

@@ -80,10 +80,10 @@ def _cpu_has(feature: str, unknown: bool = True) -> bool:
 def slow_precision(precision: str, device: torch.device) -> str | None:
     """Why ``precision`` ("bf16", "int8", ...) runs SLOWER than fp32 on this CPU, or None when it need not.
 
-    bf16 (autocast, a bf16 copy, or int8-bf16's bf16 layers) on a CPU without AVX512-BF16 or AMX runs in
-    emulated bf16, and int8 without VNNI or AMX multiplies with a slow kernel. On a 2-core AVX2 CPU
-    (docs/benchmarks.md) greedy decoding ran at 0.18x fp32's speed in bf16 and 0.07x in int8 (torchao's
-    layer of then), a 256-1024 int8 matmul at 1/46.
+    bf16 (autocast, a bf16 copy, or the rest of int8-bf16's model) on a CPU without AVX512-BF16 or AMX runs
+    in emulated bf16; int8 products (int8 and int8-bf16) without VNNI or AMX run on older instructions. On
+    a 2-core AVX2 CPU (docs/benchmarks.md) greedy decoding ran at 0.18x fp32's speed in bf16 and 0.07x in
+    int8 (torchao's layer of then), a 256-1024 int8 matmul at 1/46.
     """
     if device.type != "cpu":
         return None
@@ -92,10 +92,11 @@ def slow_precision(precision: str, device: torch.device) -> str | None:
             "this CPU has no bf16 matrix instructions (AVX512-BF16 or AMX): bf16 runs emulated, several "
             "times slower than fp32 here; use fp32"
         )
-    if precision == "int8" and not (_cpu_has("vnni") or _cpu_has("amx_tile")):
+    if precision in ("int8", "int8-bf16") and not (_cpu_has("vnni") or _cpu_has("amx_tile")):
         return (
-            "this CPU has no int8 dot-product instructions (VNNI or AMX): int8 matmuls fall back to a "
-            "reference kernel, many times slower than fp32 here; use fp32"
+            "this CPU has no int8 dot-product instructions (VNNI or AMX): int8 products run on older "
+            "instructions, with one bit less, and an earlier int8 layer ran many times slower than fp32 "
+            "on such a CPU; use fp32"
         )
     return None
 

@@ -55,21 +55,25 @@ from transformer.tokenizer import Tokenizer
 
 def decoding_model(
     model: Transformer, precision: str, device: torch.device
-) -> tuple[Transformer, torch.dtype | None, torch.dtype | None]:
-    """The model to decode with for ``precision``, its autocast dtype and the dtype of its linear layers'
-    products (None: fp32). On the CPU, bf16 and the int8 precisions decode a copy (``model`` is left as it
-    is) without autocast: a bf16 copy of the model for bf16 (1.13x autocast's speed in greedy decoding on an
-    AMD EPYC: no weight or input is cast at each call), int8 linear layers for int8 / int8-bf16
-    (``quantize.py``). Scores stay fp32 in every precision (``decoding.py``). Elsewhere: ``model`` under
-    autocast."""
+) -> tuple[Transformer, torch.dtype | None]:
+    """The model to decode with for ``precision`` and its autocast dtype (None: none). On the CPU, bf16 and
+    the int8 precisions decode a copy (``model`` is left as it is) without autocast: a bf16 copy of the
+    model for bf16 (1.13x autocast's speed in greedy decoding on an AMD EPYC: no weight or input is cast at
+    each call), int8 linear layers for int8 / int8-bf16 (``quantize.py``). Scores stay fp32 in every
+    precision (``decoding.py``). Elsewhere: ``model`` under autocast. oneDNN's kernel cache is sized for
+    the products' dtype first (``runtime.size_onednn_cache``): int8 layers make oneDNN primitives as they
+    are built."""
     if precision in QUANTIZED:
         if device.type != "cpu":
             raise ValueError(f"precision {precision} decodes on the CPU, not on {device}")
-        return quantized_model(model, precision), None, torch.int8
+        size_onednn_cache(device, torch.int8)
+        return quantized_model(model, precision), None
     if precision == "bf16" and device.type == "cpu":
-        return copy.deepcopy(model).to(torch.bfloat16), None, torch.bfloat16
+        size_onednn_cache(device, torch.bfloat16)
+        return copy.deepcopy(model).to(torch.bfloat16), None
     dtype = autocast_dtype(precision, device)  # None = fp32
-    return model, dtype, dtype
+    size_onednn_cache(device, dtype)
+    return model, dtype
 
 
 def warn(message: str) -> None:
@@ -164,9 +168,8 @@ class Translator:
         self.device = torch.device(device)
         if (slow := slow_precision(precision, self.device)) is not None:
             warn(f"--precision {precision}: {slow}")
-        model, self.dtype, products = decoding_model(model, precision, self.device)  # dtype: of autocast
+        model, self.dtype = decoding_model(model, precision, self.device)  # dtype: of autocast
         self.model, self.tokenizer, self.settings = model.to(self.device).eval(), tokenizer, settings
-        size_onednn_cache(self.device, products)  # bf16 / int8 on the CPU: keep every shape's kernel
         self.warn = warn
         self.home_thread = threading.current_thread()  # the thread that built it (_check_thread)
         self.warned_thread = False
