@@ -125,22 +125,20 @@ def training_rows(figures: dict) -> list[tuple[str, str]]:
 
 
 def bf16_throughput(throughput: dict) -> str:
-    """The bf16 runs (the main job's precision on CPUs with bf16 instructions), if recorded."""
-    if "bf16" not in throughput:
-        return ""
-    bf16 = throughput["bf16"]
-    return (f"; bf16: {' / '.join(f'{r:.2f}' for r in bf16['ratios'])}× in {len(bf16['ratios'])} runs on "
-            f"{bf16['where']} ({bf16['date']})")  # fmt: skip
+    """The bf16 runs (the main job's precision on CPUs with bf16 instructions), one record per CPU."""
+    return "".join(
+        f"; bf16: {' / '.join(f'{r:.2f}' for r in bf16['ratios'])}× in {len(bf16['ratios'])} runs on "
+        f"{bf16['where']} ({bf16['date']})"
+        for bf16 in throughput.get("bf16", [])
+    )
 
 
-def results_table(figures: dict) -> str:
-    """The README's results table, every row naming the run or checkpoint its figures come from."""
-    compare, throughput = figures["decode_compare"], figures["train_throughput"]
-    cache, align, beam = figures["decode_cache"], figures["alignments"], figures["decode_compare"]["beam4"]
-    rows = training_rows(figures) + [
-        (f"{compare['checkpoint']} exported to transformers / CTranslate2 fp32",
-         f"{compare['identical_lines']} of {compare['lines']} test translations identical to ours"),
-        (f"greedy decoding speed, same checkpoint: ours fp32 / bf16 / int8-bf16 / int8 vs `generate()` vs "
+def decoding_rows(compare: dict, which: str = "same checkpoint") -> list[tuple[str, str]]:
+    """The greedy and beam-4 speed rows of one ``--compare`` record (one CPU), of checkpoint ``which``."""
+    beam = compare["beam4"]
+    spread = f"; {beam['ct2_spread']}× CTranslate2 over the {beam['ct2_runs']} runs in docs/benchmarks.md"
+    return [
+        (f"greedy decoding speed, {which}: ours fp32 / bf16 / int8-bf16 / int8 vs `generate()` vs "
          f"CTranslate2 fp32 / int8 ({compare['date']})",
          f"{compare['ours']:.0f} / {compare['ours_bf16']:.0f} / {compare['ours_int8_bf16']:.0f} / "
          f"{compare['ours_int8']:.0f} vs {compare['hf_generate']:.0f} vs {compare['ct2_fp32']:.0f} / "
@@ -149,12 +147,26 @@ def results_table(figures: dict) -> str:
          f"{compare['ours_bf16'] / compare['ct2_int8']:.2f}×, int8-bf16 "
          f"{compare['ours_int8_bf16'] / compare['ct2_int8']:.2f}× and int8 "
          f"{compare['ours_int8'] / compare['ct2_int8']:.2f}× CTranslate2 int8)"),
-        (f"beam 4 decoding speed, same checkpoint: ours vs `generate(num_beams=4)` vs CTranslate2 fp32 "
+        (f"beam 4 decoding speed, {which}: ours vs `generate(num_beams=4)` vs CTranslate2 fp32 "
          f"({compare['date']})",
          f"{beam['ours']:.0f} vs {beam['hf_generate']:.0f} vs {beam['ct2_fp32']:.0f} sentences/s (ours "
          f"{beam['ours'] / beam['hf_generate']:.2f}× `generate()`, {beam['ours'] / beam['ct2_fp32']:.2f}× "
-         f"CTranslate2; {beam['ct2_spread']}× CTranslate2 over the {beam['ct2_runs']} runs in "
-         "docs/benchmarks.md)"),
+         f"CTranslate2" + (spread if "ct2_spread" in beam else "") + ")"),
+    ]  # fmt: skip
+
+
+def results_table(figures: dict) -> str:
+    """The README's results table, every row naming the run or checkpoint its figures come from."""
+    compare, throughput = figures["decode_compare"], figures["train_throughput"]
+    cache, align = figures["decode_cache"], figures["alignments"]
+    other_cpus = [
+        row for other in compare.get("other_cpus", []) for row in decoding_rows(other, other["checkpoint"])
+    ]
+    rows = training_rows(figures) + [
+        (f"{compare['checkpoint']} exported to transformers / CTranslate2 fp32",
+         f"{compare['identical_lines']} of {compare['lines']} test translations identical to ours"),
+        *decoding_rows(compare),
+        *other_cpus,
         (f"training throughput vs the same model on `torch.nn.Transformer` ({throughput['date']})",
          f"fp32: {throughput['ratio_vs_torch']:.2f}× ({throughput['sizes']} sizes; "
          f"{throughput['spread']} over the last {throughput['runs']} runs)" + bf16_throughput(throughput)),
