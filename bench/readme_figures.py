@@ -169,7 +169,8 @@ def results_table(figures: dict) -> str:
         *other_cpus,
         (f"training throughput vs the same model on `torch.nn.Transformer` ({throughput['date']})",
          f"fp32: {throughput['ratio_vs_torch']:.2f}× ({throughput['sizes']} sizes; "
-         f"{throughput['spread']} over the last {throughput['runs']} runs)" + bf16_throughput(throughput)),
+         f"{throughput['spread']} over the last {throughput['runs']} runs"
+         + (f"; {throughput['earlier']})" if "earlier" in throughput else ")") + bf16_throughput(throughput)),
         (f"greedy decoding with the key/value cache vs without ({cache['checkpoint']}, {cache['date']})",
          f"{cache['speedup_cache']:.2f}× faster ({cache['with_cache']} vs {cache['without_cache']} "
          "sentences/s), identical output"),

@@ -33,6 +33,7 @@ from transformer.loss import output_loss, token_loss
 from transformer.masks import causal_mask
 from transformer.model import Transformer
 from transformer.optim import make_optimizer, set_lr
+from transformer.runtime import size_onednn_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = {
@@ -123,6 +124,10 @@ def measure(
     "ours" | "torch" and precision a key of ``dtypes``; every batch goes through each (model, precision) in
     turn (ours fp32, torch fp32, ours bf16, ...), so that a slower spell of the machine hits them all.
 
+    Every batch goes through every (model, precision) once before the timed steps: bf16 matmuls on the
+    CPU run a oneDNN kernel compiled for their shape, which training compiles in its first epoch and then
+    keeps (``runtime.size_onednn_cache``); timing first sightings would time the compiler.
+
     ``compile_backend`` (e.g. "inductor"): our model runs under ``torch.compile(dynamic=True)``, as with
     ``train.compile``; nn.Transformer stays eager. Compilation happens in the warm-up rounds.
     """
@@ -132,7 +137,7 @@ def measure(
     models = {"ours": ours, "torch": theirs.to(device)}
     if compile_backend is not None:
         models["ours"] = torch.compile(ours, dynamic=True, backend=compile_backend)
-    warmup = 3 if compile_backend is not None else 2  # rounds that warm up the allocator, caches, compiler
+    warmup = len(batches) + (compile_backend is not None)  # one pass: allocator, kernels, compiler
     optimizers = {k: make_optimizer(m, TrainConfig()) for k, m in models.items()}  # train.py's Adam, for both
     for optimizer in optimizers.values():
         set_lr(optimizer, 1e-4)
@@ -205,6 +210,8 @@ def main():
     cuda = args.device.startswith("cuda")
     where = torch.cuda.get_device_name() if cuda else f"{torch.get_num_threads()} threads"
     print(f"torch {torch.__version__}, {args.device} ({where}), {len(batches)} batches", flush=True)
+    for dtype in dtypes.values():
+        size_onednn_cache(torch.device(args.device), dtype)  # as train.py does, before the first bf16 matmul
     roofline = {p: matmul_roofline(args.device, dtype) for p, dtype in dtypes.items()}
     measured = ", ".join(f"{p} {flops / 1e9:.0f} GFLOP/s" for p, flops in roofline.items())
     print(f"roofline (a 1024³ matmul, measured here): {measured}", flush=True)

@@ -47,6 +47,36 @@ def test_throughput_batches_are_real_and_honour_max_tokens():
         assert batch.n_tgt_tokens == int((batch.tgt_out != 0).sum())  # real sentences, padded at the end
 
 
+@needs_data
+def test_throughput_times_no_batch_before_every_model_has_run_it_once(monkeypatch):
+    """bf16 matmuls on the CPU compile a oneDNN kernel per shape, which training compiles once (its first
+    epoch) and then keeps: a step timed on a shape its model has never run would time the compiler. Each
+    timed step's batch must have gone through that model before, untimed."""
+    batches, vocab = train_throughput.real_batches(str(DATA_DIR), 600, 3, vocab_size=300)
+    shapes = [(b.src.size(0), b.src.size(1), b.tgt_in.size(1)) for b in batches]
+    assert len(set(shapes)) == 3  # distinct shapes: a shape seen twice is the same batch seen twice
+    seen = []  # (B, S, T) of every forward of our model, timed or not
+    monkeypatch.setattr(
+        train_throughput.Transformer, "forward",
+        lambda self, src, tgt_in, **kwargs: seen.append((src.size(0), src.size(1), tgt_in.size(1)))
+        or torch.zeros(*tgt_in.shape, self.config.d_model, requires_grad=True),
+    )  # fmt: skip
+    timed = []
+
+    def flops(sizes, B, S, T, V):  # called after each timed step (ours first, then nn.Transformer)
+        timed.append(((B, S, T), seen.count((B, S, T))))
+        return 1.0
+
+    monkeypatch.setattr(train_throughput, "step_flops", flops)
+    sizes = train_throughput.ModelConfig(
+        d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1
+    )
+    result = train_throughput.measure(sizes, batches, vocab, 3, "cpu", {"fp32": None})
+    assert len(timed) == 6 and {shape for shape, _ in timed} == set(shapes)  # 3 steps x 2 models
+    assert all(runs_of_ours >= 2 for _, runs_of_ours in timed), timed  # warm-up run + the timed one
+    assert set(result) == {("ours", "fp32"), ("torch", "fp32")}
+
+
 def test_decode_speed_without_checkpoint_refuses_instead_of_training(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(decode_speed, "DEFAULT_RUN", tmp_path / "none")
     monkeypatch.setattr(decode_speed, "train_checkpoint", lambda *a: pytest.fail("trained a checkpoint"))
