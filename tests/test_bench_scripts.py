@@ -55,16 +55,27 @@ def test_throughput_times_no_batch_before_every_model_has_run_it_once(monkeypatc
     batches, vocab = train_throughput.real_batches(str(DATA_DIR), 600, 3, vocab_size=300)
     shapes = [(b.src.size(0), b.src.size(1), b.tgt_in.size(1)) for b in batches]
     assert len(set(shapes)) == 3  # distinct shapes: a shape seen twice is the same batch seen twice
-    seen = []  # (B, S, T) of every forward of our model, timed or not
-    monkeypatch.setattr(
-        train_throughput.Transformer, "forward",
-        lambda self, src, tgt_in, **kwargs: seen.append((src.size(0), src.size(1), tgt_in.size(1)))
-        or torch.zeros(*tgt_in.shape, self.config.d_model, requires_grad=True),
-    )  # fmt: skip
-    timed = []
+    seen = []  # (model, (B, S, T)) of every forward of either model, timed or not
 
-    def flops(sizes, B, S, T, V):  # called after each timed step (ours first, then nn.Transformer)
-        timed.append(((B, S, T), seen.count((B, S, T))))
+    def recording(name, output):
+        def forward(self, src, tgt_in, **kwargs):
+            seen.append((name, (src.size(0), src.size(1), tgt_in.size(1))))
+            return torch.zeros(*tgt_in.shape, output(self), requires_grad=True)  # (B, T, D) | (B, T, V)
+
+        return forward
+
+    monkeypatch.setattr(
+        train_throughput.Transformer, "forward", recording("ours", lambda m: m.config.d_model)
+    )
+    monkeypatch.setattr(
+        train_throughput.TorchTransformerMT,
+        "forward",
+        recording("torch", lambda m: m.output_proj.out_features),
+    )
+    timed = []  # (model, shape, how many times that model has run that shape, this step included)
+
+    def flops(sizes, B, S, T, V):  # called right after each timed step, whose forward is seen[-1]
+        timed.append((*seen[-1], seen.count(seen[-1])))
         return 1.0
 
     monkeypatch.setattr(train_throughput, "step_flops", flops)
@@ -72,8 +83,9 @@ def test_throughput_times_no_batch_before_every_model_has_run_it_once(monkeypatc
         d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1
     )
     result = train_throughput.measure(sizes, batches, vocab, 3, "cpu", {"fp32": None})
-    assert len(timed) == 6 and {shape for shape, _ in timed} == set(shapes)  # 3 steps x 2 models
-    assert all(runs_of_ours >= 2 for _, runs_of_ours in timed), timed  # warm-up run + the timed one
+    assert [model for model, _, _ in timed] == ["ours", "torch"] * 3  # 3 timed steps of each, in turn
+    assert {shape for _, shape, _ in timed} == set(shapes)
+    assert all(runs >= 2 for _, _, runs in timed), timed  # its warm-up run, then the timed one
     assert set(result) == {("ours", "fp32"), ("torch", "fp32")}
 
 
