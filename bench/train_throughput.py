@@ -124,9 +124,10 @@ def measure(
     "ours" | "torch" and precision a key of ``dtypes``; every batch goes through each (model, precision) in
     turn (ours fp32, torch fp32, ours bf16, ...), so that a slower spell of the machine hits them all.
 
-    Every batch goes through every (model, precision) once before the timed steps: bf16 matmuls on the
-    CPU run a oneDNN kernel compiled for their shape, which training compiles in its first epoch and then
-    keeps (``runtime.size_onednn_cache``); timing first sightings would time the compiler.
+    On the CPU every batch goes through every (model, precision) once before the timed steps: bf16 matmuls
+    there run a oneDNN kernel compiled for their shape, which training compiles in its first epoch and then
+    keeps (``runtime.size_onednn_cache``); timing first sightings would time the compiler. On CUDA, which
+    compiles no kernel per shape, 2 warm-up steps (3 compiled), and the GPU script's time shares stay.
 
     ``compile_backend`` (e.g. "inductor"): our model runs under ``torch.compile(dynamic=True)``, as with
     ``train.compile``; nn.Transformer stays eager. Compilation happens in the warm-up rounds.
@@ -137,7 +138,7 @@ def measure(
     models = {"ours": ours, "torch": theirs.to(device)}
     if compile_backend is not None:
         models["ours"] = torch.compile(ours, dynamic=True, backend=compile_backend)
-    warmup = len(batches) + (compile_backend is not None)  # one pass: allocator, kernels, compiler
+    warmup = (len(batches) if device == "cpu" else 2) + (compile_backend is not None)  # kernels, compiler
     optimizers = {k: make_optimizer(m, TrainConfig()) for k, m in models.items()}  # train.py's Adam, for both
     for optimizer in optimizers.values():
         set_lr(optimizer, 1e-4)
