@@ -40,7 +40,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 data: setup
-	$(PY) -m transformer.multi30k $(if $(DATA_DIR),--data-dir $(DATA_DIR))
+	$(PY) -m transformer.training.multi30k $(if $(DATA_DIR),--data-dir $(DATA_DIR))
 
 train: data
 	$(PY) train.py --config $(CONFIG) --run-dir $(RUN_DIR) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(TRAIN_FLAGS)

@@ -4,7 +4,8 @@
                     [--resume | --overwrite] [--data-dir DIR]
     torchrun --nproc_per_node=N train.py ...        # data-parallel on N GPUs (NCCL) or CPU processes (gloo)
 
-The story: ``setup`` (transformer/training.py: corpus, tokenizer, model, optimizer, run folder) -> per update
+The story: ``setup`` (transformer/training/run.py: corpus, tokenizer, model, optimizer, run folder) -> per
+update
 ``accumulate_gradients`` and ``optimizer_step`` -> ``evaluate_and_save`` every ``eval.every_steps`` ->
 ``stop_reason`` -> ``final_test`` with best.pt (or the averaged checkpoints) -> results.json.
 """
@@ -20,24 +21,26 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from transformer import reporting
-from transformer.average import average_checkpoints, last_step_checkpoints
-from transformer.checkpoint import (
+from transformer.core.batches import Batch, iter_batches, make_batches
+from transformer.core.checkpoint import (
     CheckpointError,
     load_checkpoint,
-    load_for_inference,
     save_checkpoint,
     unwrap,
 )
-from transformer.config import Config, ConfigError, load_config
-from transformer.corpus import DataError
-from transformer.data import Batch, iter_batches, lengths_of, make_batches, prefetch
-from transformer.loss import output_loss
-from transformer.optim import cooldown_factor, learning_rate, lr_scale, scaled_step, unscale_and_clip
-from transformer.run_folder import RunFolderError, keep_step_checkpoint, write_results
-from transformer.runtime import DeviceError
-from transformer.training import Run, TrainingError, check_finite, save, setup, test_other_sets, validate
-from transformer.translator import Translator
+from transformer.core.config import Config, ConfigError, load_config
+from transformer.core.loss import output_loss
+from transformer.core.optim import cooldown_factor, learning_rate, lr_scale, scaled_step, unscale_and_clip
+from transformer.training import reporting
+from transformer.training.averaging import average_checkpoints, last_step_checkpoints
+from transformer.training.corpus import DataError
+from transformer.training.model_formats import load_model
+from transformer.training.precision import DeviceError
+from transformer.training.prefetch import prefetch
+from transformer.training.run import Run, TrainingError, check_finite, save, setup
+from transformer.training.run_folder import RunFolderError, keep_step_checkpoint, write_results
+from transformer.training.splits import lengths_of
+from transformer.training.validation import test_other_sets, test_split, validate
 
 STOP_REASONS = (None, "max_steps", "max_epochs", "max_minutes", "patience")
 
@@ -245,15 +248,14 @@ def final_test(run: Run, stop_reason: str) -> dict:
                   "averages (eval.average_weights=ema)", file=sys.stderr)  # fmt: skip
             weights = "ema"
         save_checkpoint(average_checkpoints(kept, weights), tested)
-    model, tokenizer, _ = load_for_inference(tested, rt.device)
+    model, tokenizer, _ = load_model(tested, rt.device)
     t0 = time.perf_counter()
-    translator = Translator(model, tokenizer, config.eval, rt.device, rt.precision)
-    _, hyps, scores = translator.evaluate(src_ids, refs, progress="test")
+    hyps, scores = test_split(model, tokenizer, src_ids, refs, config.eval, rt)
     seconds, params = time.perf_counter() - t0, sum(p.numel() for p in model.parameters())
     results = reporting.run_results(
         scores, config, run.state, stop_reason, rt.world_size, tested=tested.name,
         test_decode_seconds=seconds, parameters=params, device=str(rt.device), precision=rt.precision,
-        data_cleaning=run.splits.cleaning, test_sets=test_other_sets(run, translator),
+        data_cleaning=run.splits.cleaning, test_sets=test_other_sets(run, model, tokenizer),
     )  # fmt: skip
     write_results(run.run_dir, results, hyps)
     print(reporting.test_line(results), flush=True)

@@ -10,7 +10,8 @@
     python translate.py --checkpoint hf:Helsinki-NLP/opus-mt-en-de --attention attn/ "A dog runs."  # released
 
 Everything needed (model, tokenizer, config) comes from the checkpoint, through
-``transformer.translator.Translator`` (the Python API: this script adds only files and formats). Decoding is
+``transformer.inference.translator.Translator`` (the Python API: this script adds only files and formats).
+Decoding is
 batched by length (``--max-tokens``) and the translations come back in input order.
 """
 
@@ -20,14 +21,21 @@ from pathlib import Path
 
 import torch
 
-from transformer.checkpoint import CheckpointError
-from transformer.evaluation import bleu_chrf
-from transformer.inspection import Inspection
-from transformer.lines import InputError, argument_lines, open_output, read_text, stream_lines, write_lines
-from transformer.runtime import DeviceError
-from transformer.sampling import Sampling
-from transformer.translate_options import parse_args
-from transformer.translator import Translator
+from transformer.core.checkpoint import CheckpointError
+from transformer.inference.cli_options import parse_args
+from transformer.inference.inspection import Inspection
+from transformer.inference.sampling import Sampling
+from transformer.inference.text_lines import (
+    InputError,
+    argument_lines,
+    open_output,
+    read_text,
+    stream_lines,
+    write_lines,
+)
+from transformer.inference.translator import Translator
+from transformer.training.metrics import bleu_chrf
+from transformer.training.precision import DeviceError
 
 # ------------------------------------------------------------------------------------------ output
 

@@ -1,4 +1,5 @@
-"""How good are the attention word alignments? Measures the rule of ``transformer/alignment.py`` for every
+"""How good are the attention word alignments? Measures the rule of ``transformer/inference/alignment.py``
+for every
 decoder layer and both row conventions, on (source, reference) pairs of a split, teacher-forced:
 
   - diag: mean |(i + ½)/m - (j + ½)/n| over the links (source word i of m, target word j of n): 0 on the
@@ -24,10 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from transformer.alignment import WORD_START, word_alignment, word_index
-from transformer.config import load_config
-from transformer.corpus import load_corpus
-from transformer.translator import Translator
+from transformer.core.config import load_config
+from transformer.inference.alignment import WORD_START, word_alignment, word_index
+from transformer.inference.translator import Translator
+from transformer.training.datasets import load_corpus
 
 ROWS = ("predicted", "input")
 

@@ -24,10 +24,10 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_throughput import SIZES, TorchTransformerMT  # noqa: E402
 
-from transformer.attention import scaled_dot_product_attention  # noqa: E402
-from transformer.loss import token_loss  # noqa: E402
-from transformer.masks import causal_mask  # noqa: E402
-from transformer.model import Transformer  # noqa: E402
+from transformer.core.attention import scaled_dot_product_attention  # noqa: E402
+from transformer.core.loss import token_loss  # noqa: E402
+from transformer.core.masks import causal_mask  # noqa: E402
+from transformer.core.model import Transformer  # noqa: E402
 
 
 def time_attention(length: int, repeats: int, device: str) -> tuple[float, float]:

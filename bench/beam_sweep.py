@@ -13,9 +13,9 @@ import argparse
 import dataclasses
 import sys
 
-from transformer.checkpoint import load_for_inference
-from transformer.multi30k import load_multi30k
-from transformer.translator import Translator
+from transformer.core.checkpoint import load_for_inference
+from transformer.inference.translator import Translator
+from transformer.training.multi30k import load_multi30k
 
 Row = tuple[float, int, float, float, float | None]  # validation BLEU, beam, α, length ratio, test BLEU
 

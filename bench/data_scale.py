@@ -33,7 +33,7 @@ MAIN_CONFIG = "configs/multi30k_de_en.yaml"
 def make_corpus(folder: Path, n_pairs: int, data_dir: Path) -> str:
     """<folder>/corpus.{train,valid,test}.{de,en}; returns the text prefix."""
     sys.path.insert(0, str(ROOT))
-    from transformer.multi30k import load_multi30k
+    from transformer.training.multi30k import load_multi30k
 
     prefix = folder / "corpus"
     if (folder / "done").exists():
@@ -61,8 +61,8 @@ def first_step(tree: Path, run_dir: Path, overrides: list[str]) -> None:
     """(In a child process) train.py's setup and one optimizer step, then print the seconds since start."""
     sys.path.insert(0, str(tree))
     import train
-    from transformer.config import load_config
-    from transformer.training import setup
+    from transformer.core.config import load_config
+    from transformer.training.run import setup
 
     config = load_config(tree / MAIN_CONFIG, overrides)
     run = setup(config, run_dir, False, False)
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         first_step(Path(args.child[0]), Path(args.child[1]), args.child[2:])
         return 0
     sys.path.insert(0, str(ROOT))
-    from transformer.multi30k import locate
+    from transformer.training.multi30k import locate
 
     data_dir = locate(args.data_dir)[0]
     rows = []

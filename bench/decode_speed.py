@@ -50,11 +50,11 @@ from pathlib import Path
 import torch
 from ct2_worker import CTranslate2Process  # bench/, beside this file
 
-from transformer.checkpoint import CheckpointError, load_for_inference
-from transformer.data import make_batches
-from transformer.evaluation import bleu_chrf
-from transformer.multi30k import load_multi30k
-from transformer.translator import Translator
+from transformer.core.batches import make_batches
+from transformer.core.checkpoint import CheckpointError, load_for_inference
+from transformer.inference.translator import Translator
+from transformer.training.metrics import bleu_chrf
+from transformer.training.multi30k import load_multi30k
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RUN = ROOT / "runs" / "decode_bench"

@@ -7,7 +7,8 @@ layers, the output layer) and each number of rows (a decoding step multiplies on
 times, in turn:
 - fp32: ``nn.Linear`` (``F.linear``);
 - bf16: the same layer cast to bf16, on a bf16 input (what ``--precision bf16``'s copy of the model runs);
-- int8: ``transformer.quantize.Int8Linear`` (torchao's int8 weights per output channel, the input quantized
+- int8: ``transformer.inference.quantize.Int8Linear`` (torchao's int8 weights per output channel, the input
+quantized
   per row at every call, oneDNN's int8 kernel on the weight laid out once), on an fp32 input.
 Prints microseconds per call, the speed-ups over fp32, and the int8 layer's largest error relative to
 fp32's output. Needs the extra ``.[int8]``; on a CPU without VNNI or AMX int8 runs a slow kernel, and bf16
@@ -22,7 +23,7 @@ import time
 import torch
 from torch import nn
 
-from transformer.quantize import Int8Linear
+from transformer.inference.quantize import Int8Linear
 
 SHAPES = [(256, 768), (256, 256), (256, 1024), (1024, 256), (256, 8000)]  # (in, out): qkv, out, ffn, vocab
 

@@ -3,10 +3,15 @@
 python bench/parity.py
 """
 
+import sys
+from pathlib import Path
+
 import torch
 
-from transformer.attention import scaled_dot_product_attention
-from transformer.pytorch_oracle import max_diff_vs_reference, mha_max_diff_vs_torch, stacks_max_diff
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the PyTorch oracle of the tests
+from pytorch_oracle import max_diff_vs_reference, mha_max_diff_vs_torch, stacks_max_diff
+
+from transformer.core.attention import scaled_dot_product_attention
 
 
 def main():

@@ -22,9 +22,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 (after choosing the backend)
 
-from transformer.config import load_config  # noqa: E402
-from transformer.plotting import attention_figure  # noqa: E402
-from transformer.translator import Translator  # noqa: E402
+from transformer.core.config import load_config  # noqa: E402
+from transformer.inference.translator import Translator  # noqa: E402
+from transformer.training.plotting import attention_figure  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -28,12 +28,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from transformer.config import ModelConfig, TrainConfig, load_config
-from transformer.loss import output_loss, token_loss
-from transformer.masks import causal_mask
-from transformer.model import Transformer
-from transformer.optim import make_optimizer, set_lr
-from transformer.runtime import size_onednn_cache
+from transformer.core.config import ModelConfig, TrainConfig, load_config
+from transformer.core.loss import output_loss, token_loss
+from transformer.core.masks import causal_mask
+from transformer.core.model import Transformer
+from transformer.core.optim import make_optimizer, set_lr
+from transformer.training.precision import size_onednn_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = {
@@ -84,9 +84,10 @@ def real_batches(data_dir: str | None, max_tokens: int, n: int, vocab_size: int 
     """
     import tempfile
 
-    from transformer.data import encode_split, iter_batches, make_batches
-    from transformer.multi30k import load_multi30k
-    from transformer.tokenizer import train_tokenizer
+    from transformer.core.batches import iter_batches, make_batches
+    from transformer.core.tokenizer import train_tokenizer
+    from transformer.training.multi30k import load_multi30k
+    from transformer.training.splits import encode_split
 
     corpus = load_multi30k("de", "en", data_dir)
     train = corpus["train"]
@@ -201,7 +202,7 @@ def main():
     parser.add_argument("--compile", action="store_true", help="our model under torch.compile (inductor)")
     args = parser.parse_args()
     dtypes = {precision: DTYPES[precision] for precision in args.precisions}
-    from transformer.corpus import DataError
+    from transformer.training.corpus import DataError
 
     try:
         batches, vocab = real_batches(args.data_dir, args.max_tokens, args.steps)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer import multi30k
+from transformer.training import multi30k
 
 
 @pytest.fixture(autouse=True)

@@ -17,10 +17,10 @@ from types import SimpleNamespace
 import torch
 
 import train
-from transformer.config import ModelConfig, TrainConfig
-from transformer.data import collate, make_batches
-from transformer.model import Transformer
-from transformer.runtime import Runtime, setup_runtime
+from transformer.core.batches import collate, make_batches
+from transformer.core.config import ModelConfig, TrainConfig
+from transformer.core.model import Transformer
+from transformer.training.ranks import Runtime, setup_runtime
 
 
 def as_run(runtime: Runtime, model: torch.nn.Module) -> SimpleNamespace:

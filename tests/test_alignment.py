@@ -1,4 +1,4 @@
-"""Word alignments pinned pair by pair on a hand-made cross-attention (transformer/alignment.py, and
+"""Word alignments pinned pair by pair on a hand-made cross-attention (transformer/inference/alignment.py, and
 ``Translator.alignments_of`` over a ``SentenceAttention``): SentencePiece sub-words merged into words, the
 EOS row and column left out, both row conventions, heads averaged, the layer chosen.
 
@@ -15,10 +15,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from transformer.alignment import word_alignment
-from transformer.config import EvalConfig, ModelConfig
-from transformer.model import Transformer
-from transformer.translator import SentenceAttention, Translator
+from transformer.core.config import EvalConfig, ModelConfig
+from transformer.core.model import Transformer
+from transformer.inference.alignment import word_alignment
+from transformer.inference.translator import Translator
+from transformer.training.attention_maps import SentenceAttention
 
 SRC = ["▁Ein", "▁H", "und", "▁läuft", "."]
 TGT = ["▁A", "▁do", "g", "▁runs", "."]

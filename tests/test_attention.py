@@ -5,21 +5,16 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from pytorch_oracle import max_diff_vs_reference, mha_max_diff_vs_torch, random_padding_mask, random_qkv
 
-from transformer.attention import (
+from transformer.core.attention import (
     MultiHeadAttention,
     append_step,
     merge_heads,
     scaled_dot_product_attention,
     split_heads,
 )
-from transformer.masks import causal_mask
-from transformer.pytorch_oracle import (
-    max_diff_vs_reference,
-    mha_max_diff_vs_torch,
-    random_padding_mask,
-    random_qkv,
-)
+from transformer.core.masks import causal_mask
 
 # ---------------------------------------------------------------- worked examples (exact numbers)
 
@@ -183,8 +178,8 @@ def bad_merge_heads(x):
 
 def test_head_split_without_transpose_is_detected(monkeypatch):
     assert mha_max_diff_vs_torch() < 1e-5
-    monkeypatch.setattr("transformer.attention.split_heads", bad_split_heads)
-    monkeypatch.setattr("transformer.attention.merge_heads", bad_merge_heads)
+    monkeypatch.setattr("transformer.core.attention.split_heads", bad_split_heads)
+    monkeypatch.setattr("transformer.core.attention.merge_heads", bad_merge_heads)
     assert mha_max_diff_vs_torch() > 1e-3
 
 

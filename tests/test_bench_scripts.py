@@ -5,27 +5,23 @@ beforehand (``python -m transformer.interop.slim``) exactly as the training chec
 import dataclasses
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import sacrebleu
 import torch
 from conftest import DATA_DIR, needs_data
 
-from transformer.checkpoint import CheckpointError, load_checkpoint, load_for_inference
+from transformer.core.checkpoint import CheckpointError, load_checkpoint, load_for_inference
+from transformer.inference.translator import Translator
 from transformer.interop.slim import main as slim_main
 from transformer.interop.slim import slim_checkpoint
-from transformer.multi30k import load_multi30k
-from transformer.translator import Translator
+from transformer.training.multi30k import load_multi30k
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-import beam_profile  # noqa: E402
 import beam_sweep  # noqa: E402
-import decode_ab  # noqa: E402
 import decode_speed  # noqa: E402
 import int8_linear  # noqa: E402
-import score_rows  # noqa: E402
 import train_throughput  # noqa: E402
 
 
@@ -139,66 +135,6 @@ def test_decode_speed_runs_on_a_slim_checkpoint(tiny_checkpoint, tmp_path, capsy
     assert "cached and uncached greedy outputs identical: yes" in out and "speedup_cache=" in out
 
 
-def test_decode_ab_runs_two_checkouts_in_turn(tiny_checkpoint, capsys):
-    """The same checkout twice, in fresh processes: the same outputs, a ratio printed."""
-    argv = [str(ROOT), str(ROOT), "--checkpoint", str(tiny_checkpoint), "--data-dir", str(DATA_DIR),
-            "--limit", "16", "--beam", "2", "--pairs", "1"]  # fmt: skip
-    assert decode_ab.main(argv) == 0
-    out = capsys.readouterr().out
-    assert out.count("sentences/s") == 2 and "mean_ratio=" in out and "same_outputs=yes" in out
-
-
-def test_decode_ab_says_when_outputs_differ_and_refuses_a_folder_that_is_not_a_checkout(
-    tmp_path, monkeypatch, capsys
-):
-    runs = iter([{"sentences_per_s": 10.0, "sha256": "a"}, {"sentences_per_s": 15.0, "sha256": "b"}])
-    monkeypatch.setattr(decode_ab, "decode_once", lambda tree, args: next(runs))
-    assert decode_ab.main([str(ROOT), str(ROOT), "--checkpoint", "x.pt", "--pairs", "1"]) == 0
-    out = capsys.readouterr().out
-    assert "mean_ratio=1.500" in out and "same_outputs=no" in out
-    assert decode_ab.main([str(tmp_path), str(ROOT), "--checkpoint", "x.pt"]) == 1
-    assert f"{tmp_path.resolve()} is not a checkout of this project" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        decode_ab.main([str(ROOT), str(ROOT), "--checkpoint", "x.pt", "--pairs", "0"])
-    assert "--pairs must be >= 1, got 0" in capsys.readouterr().err
-
-
-def test_ema_windows_averages_follow_their_formulas():
-    """bench/ema_windows.py: warm-up C is the recurrence with decay (1 + n) / (C + n); a fixed decay D
-    starts from zero and is bias-corrected, so a constant weight averages to itself exactly."""
-    import ema_windows
-
-    averages = ema_windows.Averages(warmups=[4.0], fixed=[0.9])
-    torch.manual_seed(0)
-    constant, expected = torch.ones(3), None
-    for n in range(1, 6):
-        weights = torch.randn(3)
-        averages.update([weights, constant], n)
-        d = (1 + n) / (4 + n)
-        expected = weights.clone() if expected is None else d * expected + (1 - d) * weights
-    out = averages.averages(5)
-    torch.testing.assert_close(out["warm-up 4"][0], expected)
-    torch.testing.assert_close(out["0.9 from the start"][1], constant)
-
-
-def test_output_loss_ab_reads_a_commits_loss_from_git():
-    """bench/output_loss_ab.py times this checkout's output_loss against a commit's: at HEAD (the file
-    unchanged) the loaded function gives the same loss and gradient as the imported one."""
-    import output_loss_ab
-
-    from transformer.loss import output_loss
-
-    before = output_loss_ab.loss_at("HEAD")
-    assert before is not output_loss
-    generator = torch.Generator().manual_seed(0)
-    features = torch.randn(2, 5, 8, generator=generator, requires_grad=True)
-    proj = torch.nn.Linear(8, 30, bias=False)
-    tgt_out = torch.randint(1, 30, (2, 5), generator=generator)
-    got, expected = (fn(features, proj, tgt_out, 0, 0.1) for fn in (before, output_loss))
-    torch.testing.assert_close(got, expected)
-    torch.testing.assert_close(*(torch.autograd.grad(loss, features)[0] for loss in (got, expected)))
-
-
 @needs_data
 def test_beam_sweep_ranks_on_validation_and_tests_only_the_choice(tiny_checkpoint, capsys, monkeypatch):
     """Rows sorted by validation BLEU, each the BLEU and length ratio that Translator.evaluate gives for that
@@ -234,75 +170,6 @@ def test_beam_sweep_ranks_on_validation_and_tests_only_the_choice(tiny_checkpoin
                             str(DATA_DIR), "--limit", "8"]) == 0  # fmt: skip
     table = capsys.readouterr().out
     assert table.count("| 2 |") + table.count("| **2** |") == 2 and table.count("**") == 6
-
-
-def test_beam_profile_reads_each_product_as_rows_in_out_and_sums_its_gflop():
-    """The two recorded layouts: oneDNN's (x (..., in), weight (out, in)) and addmm's (bias, x, weight.T)."""
-    packed = ("mkldnn::_linear_pointwise", [[128, 1, 256], [8000, 256], [8000], [], [], []])
-    addmm = ("aten::addmm", [[1024], [3990, 256], [256, 1024]])
-    assert beam_profile.product_shape(*packed) == (128, 256, 8000)
-    assert beam_profile.product_shape(*addmm) == (3990, 256, 1024)
-    assert beam_profile.product_shape("aten::bmm", [[8, 1, 64], [8, 64, 9]]) is None
-
-    def event(key, shapes, count, self_ms):
-        return SimpleNamespace(key=key, input_shapes=shapes, count=count, self_cpu_time_total=self_ms * 1e3)
-
-    events = [event(*packed, 10, 50.0), event(*addmm, 3, 20.0), event(*addmm, 1, 5.0),
-              event("aten::index_select", [[4, 4, 7, 64]], 6, 30.0)]  # fmt: skip
-    rows = beam_profile.grouped(events, vocab_size=8000)
-    assert [label for label, *_ in rows] == [
-        "mkldnn::_linear_pointwise (the output layer)",
-        "aten::index_select",
-        "aten::addmm (weight 256→1024)",
-    ]  # most time first; addmm's two shapes of one weight in one row
-    (_, calls, ms, gflop), (_, _, _, no_gflop), (_, addmm_calls, addmm_ms, addmm_gflop) = rows
-    assert (calls, ms, no_gflop) == (10, 50.0, 0.0)
-    assert gflop == pytest.approx(10 * 2 * 128 * 256 * 8000 / 1e9)
-    assert (addmm_calls, addmm_ms) == (4, 25.0)
-    assert addmm_gflop == pytest.approx(4 * 2 * 3990 * 256 * 1024 / 1e9)
-
-
-def test_beam_profile_runs_and_finds_the_output_layer(tiny_checkpoint, capsys):
-    argv = [str(tiny_checkpoint), "--data-dir", str(DATA_DIR), "--limit", "70", "--beam", "2", "--top", "40"]
-    assert beam_profile.main(argv) == 0  # 70 >= WORTH_PACKING sentences: the packed decoder's products
-    out = capsys.readouterr().out
-    assert "70 sentences, beam 2:" in out and "`mkldnn::_linear_pointwise (the output layer)`" in out
-    assert "the output layer unprofiled, by the clock:" in out
-
-
-def test_beam_profile_clock_counts_every_call_of_the_module_packed_or_not_and_only_in_its_block():
-    linear = torch.nn.Linear(4, 6)
-    with beam_profile.ModuleClock(linear) as clock:
-        linear(torch.randn(3, 4))
-        linear.forward = lambda x: x @ linear.weight.T  # an instance forward, as the packed decoder sets
-        linear(torch.randn(2, 5, 4))
-    linear(torch.randn(7, 4))  # after the block: not counted
-    assert clock.calls == 2 and clock.seconds > 0
-    assert clock.gflop == pytest.approx(2 * (3 + 10) * 4 * 6 / 1e9)
-
-
-def test_score_rows_times_each_block_size_and_leaves_the_setting_as_it_was(tiny_checkpoint, capsys):
-    from transformer import decoding
-
-    configured = decoding.SCORE_ROWS
-    argv = [str(tiny_checkpoint), "--rows", "50", "--blocks", "7", "64", "--rounds", "1"]
-    assert score_rows.main(argv) == 0
-    assert decoding.SCORE_ROWS == configured
-    assert capsys.readouterr().out.startswith("50 rows  7: ")
-
-
-def test_score_rows_refuses_block_sizes_that_score_differently(tiny_checkpoint, monkeypatch):
-    from transformer import decoding
-
-    row_best = decoding._row_best
-
-    def by_block(features, *args):  # a scoring that depends on the block size: a bug the bench must catch
-        log_probs, tokens = row_best(features, *args)
-        return log_probs + decoding.SCORE_ROWS, tokens
-
-    monkeypatch.setattr(decoding, "_row_best", by_block)
-    with pytest.raises(SystemExit, match="block size 64 scores 50 rows differently from 7"):
-        score_rows.main([str(tiny_checkpoint), "--rows", "50", "--blocks", "7", "64", "--rounds", "1"])
 
 
 def test_int8_linear_times_the_three_precisions_of_each_shape(capsys):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer.config import Config, ConfigError, load_config
+from transformer.core.config import Config, ConfigError, load_config
 
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
 

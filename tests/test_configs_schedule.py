@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 from conftest import DATA_DIR, needs_data
 
-from transformer.config import Config, load_config
-from transformer.data import clean_pairs, encode_split, make_batches
-from transformer.multi30k import load_multi30k
-from transformer.tokenizer import train_tokenizer
+from transformer.core.batches import make_batches
+from transformer.core.config import Config, load_config
+from transformer.core.tokenizer import train_tokenizer
+from transformer.training.multi30k import load_multi30k
+from transformer.training.splits import clean_pairs, encode_split
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))

@@ -7,8 +7,9 @@ import pytest
 from conftest import ROOT
 
 import train
-from transformer.config import DataConfig, load_config
-from transformer.corpus import DataError, load_corpus, load_test_sets
+from transformer.core.config import DataConfig, load_config
+from transformer.training.corpus import DataError
+from transformer.training.datasets import load_corpus, load_test_sets
 
 PAIRS = [
     ("Ein Hund läuft.", "A dog runs."),

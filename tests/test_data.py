@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from transformer.config import DataConfig
-from transformer.corpus import (
+from transformer.core.batches import Batch, collate, iter_batches, make_batches, restore_order
+from transformer.core.config import DataConfig
+from transformer.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
+from transformer.training.corpus import (
     Corpus,
     DataError,
     load_hub_dataset,
@@ -20,17 +22,8 @@ from transformer.corpus import (
     read_lines,
     read_parallel,
 )
-from transformer.data import (
-    Batch,
-    clean_pairs,
-    collate,
-    encode_split,
-    iter_batches,
-    make_batches,
-    restore_order,
-)
-from transformer.multi30k import load_multi30k
-from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
+from transformer.training.multi30k import load_multi30k
+from transformer.training.splits import clean_pairs, encode_split
 
 # -------- fixtures -------------------------------------------------------------------------------
 
@@ -233,9 +226,9 @@ def test_a_hub_split_is_read_from_its_arrow_table_a_slice_at_a_time(tmp_path, mo
     """A hub split stays in its memory-mapped Arrow table: its chunks, sentences and head are the pairs in
     order, slice by slice; its fingerprint is that of the Arrow files (the same on a second load, another
     for other text), and a training store built from it holds the ids of the same pairs held as text."""
-    from transformer.corpus import ParallelArrow, ParallelText
-    from transformer.token_store import build_store
-    from transformer.tokenizer import train_tokenizer
+    from transformer.core.tokenizer import train_tokenizer
+    from transformer.training.corpus import ParallelArrow, ParallelText
+    from transformer.training.token_store import build_store
 
     files = write_json_splits(tmp_path, sizes=(("train", 23), ("valid", 2), ("test", 3)))
     load = lambda: load_hub_dataset("json", None, "de", "en", data_files=files, cache_dir=str(tmp_path / "c"))
@@ -433,7 +426,7 @@ def test_real_validation_batches(de_en, tokenizer):
 
 
 def test_prefetch_yields_the_same_batches_in_order_and_passes_errors_on(lengths):
-    from transformer.data import prefetch
+    from transformer.training.prefetch import prefetch
 
     src, tgt = fake_ids(*lengths)
     batches = make_batches(*lengths, max_tokens=800, shuffle=True, seed=1)[:40]

@@ -14,12 +14,18 @@ import pytest
 import torch
 from conftest import DATA_DIR
 
-from transformer import decoding, topk
-from transformer.checkpoint import load_for_inference
-from transformer.config import ModelConfig
-from transformer.corpus import read_lines
-from transformer.decoding import beam_search, beam_search_nbest, greedy_decode, length_normaliser, max_lengths
-from transformer.model import Transformer
+from transformer.core import decoding, topk
+from transformer.core.checkpoint import load_for_inference
+from transformer.core.config import ModelConfig
+from transformer.core.decoding import (
+    beam_search,
+    beam_search_nbest,
+    greedy_decode,
+    length_normaliser,
+    max_lengths,
+)
+from transformer.core.model import Transformer
+from transformer.training.corpus import read_lines
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 V = 20

@@ -1,9 +1,10 @@
-"""The moving average of the weights (transformer/ema.py): its decay schedule, what ``applied`` swaps in."""
+"""The moving average of the weights (transformer/training/ema.py): its decay schedule, what ``applied``
+swaps in."""
 
 import torch
 from torch import nn
 
-from transformer.ema import EMA
+from transformer.training.ema import EMA
 
 
 def test_the_decay_is_the_warm_up_until_it_reaches_the_cap():

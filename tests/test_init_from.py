@@ -1,4 +1,5 @@
-"""Fine-tuning (train.init_from, transformer/init_from.py): a run starts from a trained checkpoint's weights,
+"""Fine-tuning (train.init_from, transformer/training/fine_tuning.py): a run starts from a trained
+checkpoint's weights,
 architecture and tokenizer, or from a released Marian folder's with its own tokenizer and special ids, with a
 fresh optimizer and step count, and lowers the source's validation loss; conflicting settings are refused by
 name. The fine-tuned Marian model translates, exports and re-imports exactly."""
@@ -13,10 +14,10 @@ import yaml
 from conftest import DATA_DIR, ROOT, needs_data
 from test_train import run_train
 
-from transformer.checkpoint import load_checkpoint, load_for_inference
-from transformer.config import ConfigError, load_config
-from transformer.init_from import load_source, with_source_model
-from transformer.translator import Translator
+from transformer.core.checkpoint import load_checkpoint, load_for_inference
+from transformer.core.config import ConfigError, load_config
+from transformer.inference.translator import Translator
+from transformer.training.fine_tuning import load_source, with_source_model
 
 TINY = ROOT / "configs" / "tiny.yaml"
 
@@ -93,9 +94,10 @@ def marian_layout_folder(tiny_checkpoint, folder: Path, seed: int = 0):
 
 def validation_loss(translator: Translator, n: int) -> float:
     """The per-token validation loss of the first ``n`` Multi30k validation pairs, as train.py reports it."""
-    from transformer.data import encode_split, iter_batches, make_batches
-    from transformer.evaluation import evaluate_loss
-    from transformer.multi30k import load_multi30k
+    from transformer.core.batches import iter_batches, make_batches
+    from transformer.training.metrics import evaluate_loss
+    from transformer.training.multi30k import load_multi30k
+    from transformer.training.splits import encode_split
 
     split = load_multi30k("de", "en", str(DATA_DIR))["validation"].head(n)
     src, tgt = encode_split(split, translator.tokenizer)

@@ -1,4 +1,5 @@
-"""The attention lesson's numbers (bench/attention_lesson.py, docs/attention.md), each pinned at the precision
+"""The attention lesson's numbers (lesson/attention_lesson.py, docs/attention.md), each pinned at the
+precision
 the source texts print it, computed by the package's own attention, masks and multi-head attention.
 
 Where a number depends on a random draw the texts do not pin, the test pins ours (docs/attention.md says so).
@@ -10,14 +11,15 @@ import pytest
 import torch
 from conftest import DATA_DIR, ROOT, needs_data
 
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "lesson"))
 import attention_lesson  # noqa: E402
-from lesson import equation, heads, masking, pitfalls, scaling  # noqa: E402
+from sections import equation, heads, masking, pitfalls, scaling  # noqa: E402
 
-from transformer.data import collate, encode_split, make_batches  # noqa: E402
-from transformer.masks import decoder_self_mask, padding_mask  # noqa: E402
-from transformer.multi30k import load_multi30k  # noqa: E402
-from transformer.tokenizer import Tokenizer  # noqa: E402
+from transformer.core.batches import collate, make_batches  # noqa: E402
+from transformer.core.masks import decoder_self_mask, padding_mask  # noqa: E402
+from transformer.core.tokenizer import Tokenizer  # noqa: E402
+from transformer.training.multi30k import load_multi30k  # noqa: E402
+from transformer.training.splits import encode_split  # noqa: E402
 
 
 def close(got, want, places: int) -> bool:

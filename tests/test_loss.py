@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer import loss as loss_module
-from transformer.config import ModelConfig
-from transformer.loss import output_loss, token_loss
-from transformer.model import Transformer
+from transformer.core import loss as loss_module
+from transformer.core.config import ModelConfig
+from transformer.core.loss import output_loss, token_loss
+from transformer.core.model import Transformer
 
 PAD, BOS, EOS = 0, 2, 1
 

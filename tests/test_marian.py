@@ -8,11 +8,11 @@ import gzip
 import pytest
 import torch
 
-from transformer.config import ConfigError, ModelConfig
-from transformer.decoding import greedy_decode, max_lengths
-from transformer.embeddings import sinusoidal_positions
-from transformer.masks import decoder_self_mask
-from transformer.model import Transformer
+from transformer.core.config import ConfigError, ModelConfig
+from transformer.core.decoding import greedy_decode, max_lengths
+from transformer.core.embeddings import sinusoidal_positions
+from transformer.core.masks import decoder_self_mask
+from transformer.core.model import Transformer
 
 transformers = pytest.importorskip("transformers")
 from transformer.interop.marian import MarianError, from_marian, main, to_marian  # noqa: E402
@@ -375,7 +375,7 @@ def test_export_decodes_as_our_greedy_in_transformers_and_ctranslate2(
     ctranslate2 = pytest.importorskip("ctranslate2")
     from conftest import DATA_DIR, as_pre_norm
 
-    from transformer.checkpoint import load_for_inference
+    from transformer.core.checkpoint import load_for_inference
 
     if eos_bias is not None:
         tiny_checkpoint = with_eos_bias(tiny_checkpoint, tmp_path / "biased.pt", eos_bias)

@@ -1,6 +1,7 @@
 """Each classic attention mistake, patched into a copy of the package, makes the attention tests fail.
 
-bench/mistake_mutations.py does the patching (one line of transformer/ per mistake, in a temporary copy of the
+lesson/mistake_mutations.py does the patching (one line of transformer/ per mistake, in a temporary copy of
+the
 checkout); a suite that still passed with a mistake in would be a defect of the suite.
 """
 
@@ -9,7 +10,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "lesson"))
 import mistake_mutations  # noqa: E402
 
 

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from transformer.config import ModelConfig
-from transformer.layers import EncoderLayer
-from transformer.masks import causal_mask
-from transformer.model import Transformer
+from transformer.core.config import ModelConfig
+from transformer.core.layers import EncoderLayer
+from transformer.core.masks import causal_mask
+from transformer.core.model import Transformer
 
 V, PAD = 50, 0
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from transformer import multi30k
-from transformer.corpus import DataError
-from transformer.token_store import file_digest
+from transformer.training import multi30k
+from transformer.training.corpus import DataError
+from transformer.training.token_store import file_digest
 
 
 class MirrorHandler(http.server.SimpleHTTPRequestHandler):

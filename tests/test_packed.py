@@ -1,4 +1,5 @@
-"""Decoding on prepacked weights (transformer/packed.py): inside ``packed_decoder`` the decoder's linear
+"""Decoding on prepacked weights (transformer/inference/prepacked.py): inside ``packed_decoder`` the
+decoder's linear
 layers and the output layer give F.linear's numbers, the searches give the same tokens, the weights are the
 ones of the moment the block is entered, and the layers get their own forward back, whatever happens in the
 block. Where packing cannot be used (autograd, bf16, quantized weights), nothing is touched."""
@@ -8,10 +9,10 @@ import torch
 from test_decoding import random_model, random_sources
 from torch import nn
 
-from transformer import packed
-from transformer.decoding import beam_search, greedy_decode
-from transformer.packed import WORTH_PACKING, packed_decoder
-from transformer.translator import Translator
+from transformer.core.decoding import beam_search, greedy_decode
+from transformer.inference import prepacked as packed
+from transformer.inference.prepacked import WORTH_PACKING, packed_decoder
+from transformer.inference.translator import Translator
 
 if not torch.backends.mkldnn.is_available():  # every PyTorch wheel for x86 and ARM CPUs has oneDNN
     pytest.fail("this PyTorch has no oneDNN: decoding runs on F.linear, and these tests cannot check packing")

@@ -1,4 +1,5 @@
-"""int8 decoding (transformer/quantize.py, translate.py --precision int8 | int8-bf16): every linear layer of a
+"""int8 decoding (transformer/inference/quantize.py, translate.py --precision int8 | int8-bf16): every
+linear layer of a
 copy of the model multiplies in int8 (torchao's per-channel weights, inputs quantized per row as torchao
 does, oneDNN's int8 kernel summing exactly what the int8 values say), the rest of the copy is fp32 (int8) or
 bf16 (int8-bf16), the model itself is left untouched, the logits stay close to fp32's while really
@@ -13,12 +14,12 @@ import torch
 from torch import nn
 
 import translate
-from transformer import quantize
-from transformer.checkpoint import load_for_inference
-from transformer.config import ModelConfig
-from transformer.model import Transformer
-from transformer.quantize import QUANTIZED, Int8Linear, quantize_per_row, quantized_model
-from transformer.translator import Translator
+from transformer.core.checkpoint import load_for_inference
+from transformer.core.config import ModelConfig
+from transformer.core.model import Transformer
+from transformer.inference import quantize
+from transformer.inference.quantize import QUANTIZED, Int8Linear, quantize_per_row, quantized_model
+from transformer.inference.translator import Translator
 
 pytest.importorskip("torchao")
 from torchao.quantization.quant_primitives import (  # noqa: E402  (after the skip)

@@ -1,4 +1,4 @@
-"""bench/released_model.py on its random seeded fallback (the Hub is never contacted): the header and the
+"""lesson/released_model.py on its random seeded fallback (the Hub is never contacted): the header and the
 eight parts are printed, our attention equals Marian's block for block, the plain formula differs by float32
 rounding only, no decoder row sees the future, rows say what they read and predict, each classic mistake is
 far off, and the walk-through's own figures (block shapes and parameters, the three uses, a row's top 3
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer.attention import MultiHeadAttention
+from transformer.core.attention import MultiHeadAttention
 
 pytest.importorskip("transformers")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lesson"))
 import mistakes  # noqa: E402
 import released_model  # noqa: E402
 
@@ -39,7 +39,7 @@ def run(argv: list[str]) -> str:
 
 @pytest.fixture(scope="module")
 def default_run() -> str:
-    """`python bench/released_model.py --model random`, printed once for the tests of this file."""
+    """`python lesson/released_model.py --model random`, printed once for the tests of this file."""
     return run(["--model", "random"])
 
 
@@ -336,7 +336,8 @@ def test_a_missing_local_folder_is_an_error(tmp_path, capsys):
 
 
 def test_the_mistakes_are_the_only_change():
-    """With no mistake named, bench/mistakes.py's attention is the package's: each figure is the mistake's."""
+    """With no mistake named, lesson/mistakes.py's attention is the package's: each figure is the
+    mistake's."""
     block = MultiHeadAttention(16, 4).double().eval()
     x, memory = torch.randn(2, 5, 16, dtype=torch.float64), torch.randn(2, 7, 16, dtype=torch.float64)
     mask = torch.ones(2, 1, 1, 7, dtype=torch.bool)

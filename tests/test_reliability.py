@@ -12,9 +12,9 @@ import torch
 from conftest import DATA_DIR, needs_data
 
 import train
-from transformer.checkpoint import CheckpointError, link_checkpoint, load_checkpoint, save_checkpoint
-from transformer.config import ModelConfig
-from transformer.model import Transformer
+from transformer.core.checkpoint import CheckpointError, link_checkpoint, load_checkpoint, save_checkpoint
+from transformer.core.config import ModelConfig
+from transformer.core.model import Transformer
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "configs/tiny.yaml")

@@ -6,16 +6,15 @@ import os
 import pytest
 import torch
 
-from transformer.config import PRECISIONS
-from transformer.runtime import (
+from transformer.core.config import PRECISIONS
+from transformer.training.precision import (
     DeviceError,
-    Runtime,
     autocast_dtype,
     resolve_device,
-    setup_runtime,
     slow_precision,
     training_precision,
 )
+from transformer.training.ranks import Runtime, setup_runtime
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Sampling (transformer/sampling.py) and prefix-constrained decoding (decoding.py), through the decoding
+"""Sampling (transformer/inference/sampling.py) and prefix-constrained decoding (decoding.py), through the
+decoding
 functions, the Translator and translate.py: never a token outside the top k or the nucleus, temperature 0 is
 greedy, seeds reproduce, every output starts with its prefix and its score counts the whole sequence."""
 
@@ -9,10 +10,10 @@ import torch
 from test_decoding import random_model, random_sources
 from test_translate import run
 
-import transformer.translator as translator_module
-from transformer.decoding import beam_search, greedy_decode, max_lengths
-from transformer.sampling import Sampling, allowed_tokens, sample_tokens
-from transformer.translator import Translator
+import transformer.inference.translator as translator_module
+from transformer.core.decoding import beam_search, greedy_decode, max_lengths
+from transformer.inference.sampling import Sampling, allowed_tokens, sample_tokens
+from transformer.inference.translator import Translator
 
 SENTENCES = ["Ein Hund rennt durch den Schnee.", "Zwei Männer spielen Fußball im Park.",
              "Eine Frau mit einem roten Hut sitzt am Tisch.", "Ein kleines Mädchen lacht.",

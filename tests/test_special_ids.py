@@ -9,11 +9,11 @@ import torch
 from conftest import ROOT
 
 import train
-from transformer.config import ModelConfig, load_config
-from transformer.data import iter_batches, make_batches
-from transformer.model import Transformer
-from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from transformer.training import setup
+from transformer.core.batches import iter_batches, make_batches
+from transformer.core.config import ModelConfig, load_config
+from transformer.core.model import Transformer
+from transformer.core.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer.training.run import setup
 
 TINY = ROOT / "configs" / "tiny.yaml"
 
@@ -59,7 +59,7 @@ def test_special_ids_that_cannot_work_are_refused_by_name(start, ids, message):
 
 def test_the_searches_read_the_model_ids():
     """Greedy search starts from the model's start token and stops at its EOS: no id passed in."""
-    from transformer.decoding import greedy_decode
+    from transformer.core.decoding import greedy_decode
 
     torch.manual_seed(0)
     config = ModelConfig(d_model=16, n_heads=2, d_ff=32, output_bias=True, share_embeddings=False)

@@ -1,4 +1,5 @@
-"""The token store (transformer/token_store.py), the cache of tokenizers and stores (data_cache.py), streamed
+"""The token store (transformer/training/token_store.py), the cache of tokenizers and stores
+(data_cache.py), streamed
 training files (corpus.ParallelFiles) and the cleaning rules (data.clean_pairs)."""
 
 import json
@@ -9,14 +10,14 @@ import pytest
 import torch
 from conftest import DATA_DIR, ROOT, needs_data
 
-import transformer.data_cache as data_cache
-from transformer.config import DataConfig, load_config
-from transformer.corpus import DataError, ParallelFiles, ParallelText
-from transformer.data import clean_pairs, encode_corpus, encode_split
-from transformer.multi30k import load_multi30k
-from transformer.runtime import Runtime
-from transformer.token_store import build_store, open_store, pair_hash
-from transformer.tokenizer import Tokenizer, train_tokenizer
+import transformer.training.cache as data_cache
+from transformer.core.config import DataConfig, load_config
+from transformer.core.tokenizer import Tokenizer, train_tokenizer
+from transformer.training.corpus import DataError, ParallelFiles, ParallelText
+from transformer.training.multi30k import load_multi30k
+from transformer.training.ranks import Runtime
+from transformer.training.splits import clean_pairs, encode_corpus, encode_split
+from transformer.training.token_store import build_store, open_store, pair_hash
 
 SRC = ["Ein Hund läuft.", "Zwei Katzen schlafen im Haus.", "", "Ein Mann fährt Rad.", "Ein Hund läuft."] * 7
 TGT = ["A dog runs.", "Two cats sleep in the house.", "Nothing.", "A man rides a bike.", "A dog runs."] * 7

@@ -6,8 +6,8 @@ import pytest
 import sentencepiece as spm
 import torch
 
-from transformer.corpus import read_lines
-from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_tokenizer
+from transformer.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_tokenizer
+from transformer.training.corpus import read_lines
 
 ACCENTED = [
     "Ein Mädchen läuft über die Straße.",

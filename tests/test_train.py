@@ -13,14 +13,20 @@ from conftest import DATA_DIR, needs_data
 from test_runtime import cpu_with
 
 import train
-from transformer.checkpoint import load_checkpoint
-from transformer.config import ConfigError, ModelConfig, TrainConfig, load_config
-from transformer.corpus import read_lines
-from transformer.data import collate
-from transformer.loss import token_loss
-from transformer.model import Transformer
-from transformer.optim import cooldown_factor, learning_rate, load_optimizer_state, make_optimizer, set_lr
-from transformer.translator import Translator
+from transformer.core.batches import collate
+from transformer.core.checkpoint import load_checkpoint
+from transformer.core.config import ConfigError, ModelConfig, TrainConfig, load_config
+from transformer.core.loss import token_loss
+from transformer.core.model import Transformer
+from transformer.core.optim import (
+    cooldown_factor,
+    learning_rate,
+    load_optimizer_state,
+    make_optimizer,
+    set_lr,
+)
+from transformer.inference.translator import Translator
+from transformer.training.corpus import read_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "configs/tiny.yaml")
@@ -99,7 +105,7 @@ def test_moving_average_is_saved_for_inference_and_resumes_exactly(tmp_path):
     name = "encoder.layers.0.ffn.linear1.weight"
     assert not torch.equal(a["model"][name], a["train_model"][name])  # the average is not the last step
     # what a user translates with is the average
-    from transformer.checkpoint import load_for_inference
+    from transformer.core.checkpoint import load_for_inference
 
     model, _, _ = load_for_inference(straight / "last.pt")
     assert torch.equal(model.state_dict()[name], a["model"][name])

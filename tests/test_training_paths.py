@@ -16,14 +16,14 @@ import torch.nn.functional as F
 from conftest import DATA_DIR, ROOT, needs_data
 
 import train
-from transformer.average import average_checkpoints, step_checkpoints
-from transformer.average import main as average_main
-from transformer.checkpoint import load_checkpoint, load_for_inference
-from transformer.config import ModelConfig, TrainConfig
-from transformer.data import collate
-from transformer.loss import token_loss
-from transformer.model import Transformer
-from transformer.runtime import Runtime
+from transformer.core.batches import collate
+from transformer.core.checkpoint import load_checkpoint, load_for_inference
+from transformer.core.config import ModelConfig, TrainConfig
+from transformer.core.loss import token_loss
+from transformer.core.model import Transformer
+from transformer.training.averaging import average_checkpoints, step_checkpoints
+from transformer.training.averaging import main as average_main
+from transformer.training.ranks import Runtime
 
 TINY = str(ROOT / "configs/tiny.yaml")
 
@@ -128,7 +128,7 @@ def test_results_are_the_scores_of_the_written_hypotheses(tmp_path):
     assert run_train(tmp_path / "run", "eval.every_steps=0", "train.max_steps=4") == 0
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     hypotheses = (tmp_path / "run" / "test_hypotheses.txt").read_text(encoding="utf-8").splitlines()
-    from transformer.multi30k import load_multi30k
+    from transformer.training.multi30k import load_multi30k
 
     references = load_multi30k("de", "en", DATA_DIR)["test"].tgt[:24]
     assert results["test_bleu"] == sacrebleu.corpus_bleu(hypotheses, [references]).score

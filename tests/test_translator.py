@@ -1,4 +1,5 @@
-"""The Python API (transformer/translator.py), word alignments (transformer/alignment.py) and n-best beam
+"""The Python API (transformer/inference/translator.py), word alignments
+(transformer/inference/alignment.py) and n-best beam
 search: n-best scores are the teacher-forced scores of the same ids, the first of the n-best is the plain
 output, alignments stay within the word counts. The tiny checkpoint is trained once per session."""
 
@@ -10,10 +11,10 @@ import torch
 from test_decoding import BOS, EOS, random_model, random_sources
 from test_runtime import cpu_with
 
-from transformer.alignment import count_words, pharaoh, word_alignment, word_index
-from transformer.config import EvalConfig
-from transformer.decoding import beam_search, beam_search_nbest, length_normaliser, max_lengths
-from transformer.translator import Translator
+from transformer.core.config import EvalConfig
+from transformer.core.decoding import beam_search, beam_search_nbest, length_normaliser, max_lengths
+from transformer.inference.alignment import count_words, pharaoh, word_alignment, word_index
+from transformer.inference.translator import Translator
 
 SENTENCES = [
     "Ein Hund rennt durch den Schnee.",

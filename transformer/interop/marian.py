@@ -53,12 +53,12 @@ from pathlib import Path
 
 import torch
 
-from transformer.checkpoint import CheckpointError, load_for_inference
-from transformer.config import ModelConfig
-from transformer.embeddings import sinusoidal_positions
-from transformer.interop.marian_text import MarianText
-from transformer.model import Transformer
-from transformer.tokenizer import Tokenizer
+from transformer.core.checkpoint import CheckpointError, load_for_inference
+from transformer.core.config import ModelConfig
+from transformer.core.embeddings import sinusoidal_positions
+from transformer.core.model import Transformer
+from transformer.core.tokenizer import Tokenizer
+from transformer.interop.marian_text import MarianText, read_either
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}  # Marian's -> ours
 
@@ -423,7 +423,7 @@ def to_ctranslate2(model: Transformer, tokenizer: Tokenizer, out_dir: str | Path
 def export(checkpoint: str | Path, out_dir: str | Path, ct2_dir: str | Path | None = None) -> None:
     """best.pt -> a folder for AutoModelForSeq2SeqLM (Marian, or Pegasus if pre-norm) /
     MarianTokenizer.from_pretrained [+ a CTranslate2 model]."""
-    model, tokenizer, config = load_for_inference(checkpoint)
+    model, tokenizer, config = load_for_inference(checkpoint, read_tokenizer=read_either)
     hf_model = to_marian(model)
     hf_model.generation_config = generation_config(model)
     out_dir = Path(out_dir)

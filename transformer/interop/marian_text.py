@@ -8,7 +8,7 @@ targets (training targets, references) with ``target.spm`` (``target_side``).
 The tokenizer travels as its files: ``files`` holds the bytes of a Marian folder's tokenizer files
 (``source.spm``, ``target.spm``, ``vocab.json``, ``tokenizer_config.json``) plus ``start.json`` (the decoder
 start id). ``to_bytes`` packs them into one zip with fixed timestamps (the same tokenizer gives the same
-bytes: the token store's key, a checkpoint's ``tokenizer`` tensor); ``tokenizer.tokenizer_from_bytes``
+bytes: the token store's key, a checkpoint's ``tokenizer`` tensor); ``training.model_formats.read_tokenizer``
 tells it from a SentencePiece model by the zip signature. ``save`` writes the Marian files into a folder
 for ``MarianTokenizer.from_pretrained`` (an export of a fine-tuned model).
 """
@@ -19,7 +19,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-ZIP_SIGNATURE = b"PK\x03\x04"
+from transformer.core.tokenizer import Tokenizer
+
 MARIAN_FILES = ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json")
 START_FILE = "start.json"
 FILE_KEYS = ("source_spm", "target_spm", "vocab", "target_vocab_file", "name_or_path", "vocab_file")
@@ -34,14 +35,6 @@ def marian_tokenizer_class():
             'transformers: pip install -e ".[hf]"'
         ) from None
     return MarianTokenizer
-
-
-def encoder_version() -> str:
-    """What turns text into Marian ids besides the files (MarianTokenizer's Python code): part of the token
-    store's key, so that another version of it never reuses a store."""
-    import transformers
-
-    return f"transformers {transformers.__version__}"
 
 
 def files_of(hf_tokenizer, start_id: int) -> dict[str, bytes]:
@@ -112,6 +105,14 @@ class MarianText:
                 archive.writestr(entry, self.files[name])
         return buffer.getvalue()
 
+    @property
+    def encoder_version(self) -> str:
+        """What turns text into Marian ids besides the files (MarianTokenizer's Python code): part of the
+        token store's key, so that another version of it never reuses a store."""
+        import transformers
+
+        return f"transformers {transformers.__version__}"
+
     def save(self, folder: str | Path) -> None:
         """The Marian tokenizer files, for ``MarianTokenizer.from_pretrained(folder)``."""
         for name in MARIAN_FILES:
@@ -143,3 +144,11 @@ class MarianText:
 
     def id_to_piece(self, ids: list[int]) -> list[str]:
         return self.hf.convert_ids_to_tokens(list(ids))
+
+
+def read_either(data: bytes):
+    """A checkpoint's tokenizer bytes -> a ``MarianText`` (a zip of Marian files) or our ``Tokenizer``: the
+    reader of ``training/model_formats.py``, for interop's own use (it imports no module of training)."""
+    if zipfile.is_zipfile(io.BytesIO(data)):
+        return MarianText.from_bytes(data)
+    return Tokenizer.from_bytes(data)

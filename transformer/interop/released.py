@@ -1,6 +1,6 @@
 """Released translation models for ``translate.py`` and the ``Translator``: a Hugging Face Marian folder
 (e.g. an opus-mt model, or one exported by ``python -m transformer.interop.marian export``: a Pegasus
-folder for a pre-norm model) or ``hf:NAME`` from the hub.
+folder for a pre-norm model) or a model of the hub (``hf:NAME``, read by ``training/model_formats.py``).
 
 The weights go through ``marian.from_marian`` into our own Transformer, so decoding, scoring and every
 attention view run on our code; the text goes through the model's own ``MarianTokenizer``, wrapped in
@@ -14,18 +14,11 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
-from transformer.checkpoint import CheckpointError
-from transformer.config import Config, DataConfig, EvalConfig
+from transformer.core.checkpoint import CheckpointError
+from transformer.core.config import Config, DataConfig, EvalConfig
+from transformer.core.model import Transformer
 from transformer.interop.marian import MarianError, _transformers, from_marian, model_class
 from transformer.interop.marian_text import MarianText
-from transformer.model import Transformer
-
-HUB_PREFIX = "hf:"
-
-
-def is_released(path: str | Path) -> bool:
-    """``hf:NAME``, or a folder (our checkpoints are files)."""
-    return str(path).startswith(HUB_PREFIX) or Path(path).is_dir()
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
@@ -57,12 +50,11 @@ def _model_and_tokenizer(name: str, **options):
     return model, tokenizer
 
 
-def load_pretrained(path: str | Path):
-    """(MarianMTModel or PegasusForConditionalGeneration, MarianTokenizer) of a folder or ``hf:NAME``
-    (the local cache first); one-line CheckpointError when it cannot be had (also without the ``hf``
-    extra, or when config.json names another model type)."""
-    name = str(path).removeprefix(HUB_PREFIX)
-    is_hub = str(path).startswith(HUB_PREFIX)
+def load_pretrained(path: str | Path, from_hub: bool = False):
+    """(MarianMTModel or PegasusForConditionalGeneration, MarianTokenizer) of a folder, or of the hub's model
+    ``path`` (the local cache first); one-line CheckpointError when it cannot be had (also without the
+    ``hf`` extra, or when config.json names another model type)."""
+    name, is_hub = str(path), from_hub
     try:
         try:
             loaded = _model_and_tokenizer(name, local_files_only=True)
@@ -83,9 +75,12 @@ def load_pretrained(path: str | Path):
     return loaded
 
 
-def load_released(path: str | Path, device="cpu") -> tuple[Transformer, MarianText, Config]:
-    """(our model in eval mode, its tokenizer, a Config with this model and default eval settings)."""
-    hf_model, hf_tokenizer = load_pretrained(path)
+def load_released(
+    path: str | Path, device="cpu", from_hub: bool = False
+) -> tuple[Transformer, MarianText, Config]:
+    """(our model in eval mode, its tokenizer, a Config with this model and default eval settings) of a
+    folder, or of the hub's model ``path``."""
+    hf_model, hf_tokenizer = load_pretrained(path, from_hub)
     try:
         model = from_marian(hf_model.float())
     except MarianError as error:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from transformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from transformer.core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -1,0 +1,125 @@
+"""Patch each classic attention mistake into a copy of the package and list the tests that catch it.
+
+    python lesson/mistake_mutations.py [--tests tests/test_attention.py ...] [--only no_scale ...]
+
+A test suite that still passes with a mistake patched in is a defect. For each mistake, this script copies
+the checkout (its tracked and new files) into a temporary folder, rewrites one line of ``transformer/`` there,
+runs pytest on the attention, stack and lesson tests of that copy, and prints which tests failed. The
+unpatched copy is run first: it must pass. Exit status 1 if any mistake is caught by no test.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = ["tests/test_attention.py", "tests/test_stacks.py", "tests/test_lesson_numbers.py"]
+CAUSAL_ENCODER = (
+    "        src_mask = torch.ones(x.size(1), x.size(1), dtype=torch.bool, device=x.device).tril() & (\n"
+    "            True if src_mask is None else src_mask)  # MISTAKE: a causal encoder\n"
+)
+CAUSAL_CROSS = (
+    "        src_mask = torch.ones(x.size(1), memory.size(1), dtype=torch.bool, device=x.device).tril() & (\n"
+    "            True if src_mask is None else src_mask)  # MISTAKE: causal cross-attention\n"
+)
+# name -> (file, the line(s) as they are, the same with the mistake)
+MUTATIONS = {
+    "no_scale": ("transformer/core/attention.py",
+                 "scores = torch.matmul(query, key.transpose(-2, -1)) * scale",
+                 "scores = torch.matmul(query, key.transpose(-2, -1))"),
+    "sqrt_d_model": ("transformer/core/attention.py",
+                     "        if k.size(0) != q.size(0):",
+                     "        q = q / math.sqrt(H)\n"
+                     "        if k.size(0) != q.size(0):"),
+    "mask_after_softmax": ("transformer/core/attention.py",
+                           "        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)\n"
+                           "        weights = torch.softmax(scores, dim=-1)  # (..., Tq, Tk)\n",
+                           "        weights = torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)\n"),
+    "mask_with_zero": ("transformer/core/attention.py",
+                       "scores.masked_fill(~mask, torch.finfo(scores.dtype).min)",
+                       "scores.masked_fill(~mask, 0.0)"),
+    "split_no_transpose": ("transformer/core/attention.py",
+                           "return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)",
+                           "return x.reshape(B, n_heads, T, D // n_heads)"),
+    "merge_no_transpose": ("transformer/core/attention.py",
+                           "return x.transpose(1, 2).reshape(B, T, H * Dh)",
+                           "return x.reshape(B, T, H * Dh)"),
+    "flipped_mask": ("transformer/core/attention.py",
+                     "scores.masked_fill(~mask, torch.finfo(scores.dtype).min)",
+                     "scores.masked_fill(mask, torch.finfo(scores.dtype).min)"),
+    "causal_in_encoder": ("transformer/core/layers.py",
+                          '        """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D), self-attention weights'
+                          ' (B, H, S, S)."""\n',
+                          '        """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D), self-attention weights'
+                          ' (B, H, S, S)."""\n' + CAUSAL_ENCODER),
+    "causal_in_cross_attention": ("transformer/core/layers.py",
+                                  '        cross_cache = cache["cross"] if cache is not None else None\n',
+                                  '        cross_cache = cache["cross"] if cache is not None else None\n'
+                                  + CAUSAL_CROSS),
+}  # fmt: skip
+
+
+def copy_checkout(destination: Path) -> None:
+    """The checkout's tracked and new (not ignored) files, as they are now, into ``destination``."""
+    command = ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"]
+    listed = subprocess.run(command, cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, destination / name)
+
+
+def failing_tests(copy: Path, tests: list[str]) -> tuple[list[str], str]:
+    """Run pytest in the copy (its package first on the path) -> (failed test ids, the summary line)."""
+    env = dict(os.environ, PYTHONPATH=str(copy))
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf"]
+    command += ["-k", "not validation_set"]  # the one lesson test that trains a model: no attention inside
+    done = subprocess.run(command + tests, cwd=copy, env=env, capture_output=True, text=True, timeout=1200)
+    failed = re.findall(r"^FAILED (\S+)", done.stdout, re.M)
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-300:]
+    return failed, summary
+
+
+def mutate(copy: Path, name: str) -> None:
+    path, old, new = MUTATIONS[name]
+    text = (copy / path).read_text(encoding="utf-8")
+    if text.count(old) != 1:
+        raise SystemExit(f"error: {name}: {path} holds {text.count(old)} copies of the line to patch")
+    (copy / path).write_text(text.replace(old, new), encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tests", nargs="+", default=TESTS, help="the test files to run on each copy")
+    parser.add_argument("--only", nargs="+", choices=list(MUTATIONS), help="only these mistakes")
+    args = parser.parse_args(argv)
+    uncaught = []
+    for name in [None, *(args.only or MUTATIONS)]:
+        with tempfile.TemporaryDirectory() as folder:
+            copy = Path(folder)
+            copy_checkout(copy)
+            if name:
+                mutate(copy, name)
+            start = time.perf_counter()
+            failed, summary = failing_tests(copy, args.tests)
+        label = name or "(no mistake)"
+        print(f"{label:<26} {len(failed):3d} tests fail  [{summary}]  {time.perf_counter() - start:.0f} s")
+        for test in failed[:4]:
+            print(f"{'':<26}   {test}")
+        if name is None and failed:
+            raise SystemExit("error: the tests fail without any mistake patched in")
+        if name and not failed:
+            uncaught.append(name)
+    if uncaught:
+        print(f"NOT CAUGHT: {', '.join(uncaught)}")
+    return int(bool(uncaught))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The package's tiers, read from every module's imports: core, then training, then inference, then interop;
+each module imports only from its own tier and the ones before it, ``interop/`` only through the one door
+(``training/model_formats.py``, when a released model is met), and no modules import each other in a loop.
+"""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "transformer"
+TIERS = ("core", "training", "inference", "interop")
+DOOR = "transformer.training.model_formats"  # the one module that imports interop/ (lazily)
+CORE_LINES = 2500
+
+
+def module_of(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_of(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def tier(module: str) -> int | None:
+    """The tier of a module of the package (None: the package's face, ``transformer/__init__.py``)."""
+    parts = module.split(".")
+    return TIERS.index(parts[1]) if len(parts) > 1 else None
+
+
+def imports(source: str) -> list[tuple[str, bool, int]]:
+    """(module of the package imported, whether the import runs only when a function is called, line)."""
+    found = []
+
+    def visit(node: ast.AST, lazy: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = lazy or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                found.extend(
+                    (a.name, lazy, child.lineno) for a in child.names if a.name.startswith("transformer.")
+                )
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                if child.module == "transformer" or child.module.startswith("transformer."):
+                    for a in child.names:  # `from transformer.training import reporting`: the submodule
+                        sub = f"{child.module}.{a.name}"
+                        found.append((sub if sub in MODULES else child.module, lazy, child.lineno))
+            visit(child, inner)
+
+    visit(ast.parse(source), False)
+    return found
+
+
+def violations(module: str, source: str) -> list[str]:
+    """Each import of ``module``'s source that breaks the tier rules, as a line of text."""
+    found = []
+    here = tier(module)
+    for imported, lazy, line in imports(source):
+        there = tier(imported)
+        if here is None or there is None:
+            continue
+        where = f"{module} line {line} imports {imported}"
+        if TIERS[there] == "interop" and TIERS[here] != "interop":
+            if not (lazy and module == DOOR):
+                found.append(f"{where}: only {DOOR} reaches interop/, inside a function")
+        elif there > here:
+            found.append(f"{where}: a later tier ({TIERS[there]} after {TIERS[here]})")
+    return found
+
+
+def test_every_module_imports_only_its_tier_and_the_ones_before():
+    found = [v for module, path in MODULES.items() for v in violations(module, path.read_text("utf-8"))]
+    assert found == []
+
+
+def test_the_rule_catches_a_later_tier_and_a_second_door_to_interop():
+    assert violations("transformer.core.model", "from transformer.training.ema import EMA\n")
+    assert violations(
+        "transformer.core.model", "def f():\n    from transformer.inference import translator\n"
+    )
+    assert violations(
+        "transformer.training.cache", "from transformer.interop.marian_text import MarianText\n"
+    )
+    assert violations("transformer.training.cache", "def f():\n    import transformer.interop.released\n")
+    assert violations(DOOR, "from transformer.interop.released import load_released\n")  # not lazily
+    assert not violations(DOOR, "def f():\n    from transformer.interop.released import load_released\n")
+    assert not violations("transformer.inference.translator", "from transformer.training import reporting\n")
+
+
+def test_no_modules_import_each_other_in_a_loop():
+    graph = {
+        m: {i for i, _, _ in imports(p.read_text("utf-8")) if i in MODULES and i != m}
+        for m, p in MODULES.items()
+    }
+    graph = {m: {i for i in targets if tier(i) is not None} for m, targets in graph.items()}  # not the face
+    state: dict[str, str] = {}
+    loops = []
+
+    def walk(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for imported in sorted(graph[module]):
+            if state.get(imported) == "open":
+                loops.append(path[path.index(imported) :] + [imported])
+            elif imported not in state:
+                walk(imported, path + [imported])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            walk(module, [module])
+    assert loops == []
+
+
+def test_the_core_is_at_most_2500_lines_and_is_a_folder_a_reader_can_stop_at():
+    core = sorted((PACKAGE / "core").glob("*.py"))
+    lines = sum(len(path.read_text("utf-8").splitlines()) for path in core)
+    assert lines <= CORE_LINES, f"transformer/core/*.py has {lines} lines"
+    reading_order = (PACKAGE / "core" / "__init__.py").read_text("utf-8")
+    missing = [p.name for p in core if p.name != "__init__.py" and p.name not in reading_order]
+    assert missing == [], "core/__init__.py's reading order leaves out these files"
+
+
+def test_the_names_users_import_come_from_the_top_level():
+    import transformer
+    from transformer import (  # noqa: F401 -- the README's Python API
+        MultiHeadAttention,
+        Transformer,
+        Translator,
+        from_marian,
+        load_config,
+        scaled_dot_product_attention,
+        to_marian,
+    )
+
+    for name in transformer.__all__:
+        module = transformer.EXPORTS[name]
+        assert getattr(transformer, name) is getattr(
+            __import__(f"transformer.{module}", fromlist=[name]), name
+        )
+
+
+def test_the_core_imports_without_the_other_tiers_and_their_extras():
+    code = (
+        "import sys, transformer.core.batched_search, transformer.core.checkpoint, transformer.core.loss\n"
+        "later = ('transformer.training', 'transformer.inference', 'transformer.interop', 'transformers',\n"
+        "         'ctranslate2', 'torchao', 'datasets', 'sacrebleu')\n"
+        "others = [m for m in sys.modules if m.startswith(later)]\n"
+        "assert not others, others\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

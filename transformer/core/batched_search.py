@@ -1,0 +1,58 @@
+"""Decoding a list of sentences: token ids in, token ids out, batched by length, in input order.
+
+Validation, the final test and the ``Translator`` all decode through ``decode_in_batches``; ``search`` is
+its plain use (greedy search for beam 1, else beam search), the one validation and the final test run.
+"""
+
+from collections.abc import Callable
+
+import torch
+
+from transformer.core.batches import iter_batches, make_batches, restore_order
+from transformer.core.config import EvalConfig
+from transformer.core.decoding import beam_search, greedy_decode
+from transformer.core.model import Transformer
+
+
+def decode_in_batches(
+    model: Transformer,
+    src_ids: list[list[int]],
+    max_tokens: int,
+    decode: Callable[[torch.Tensor, list[int]], list],
+    on_batch: Callable[[int], None] | None = None,
+) -> list:
+    """``decode`` (src (B, S) on the model's device, the batch's input rows -> B results) over batches of
+    sources of similar length (at most ``max_tokens`` padded tokens, the source length standing in for the
+    output's); the results in input order. ``on_batch``: told each batch's number of sentences."""
+    device = next(model.parameters()).device
+    lengths = [len(s) for s in src_ids]
+    batches = make_batches(lengths, lengths, max_tokens, shuffle=False)
+    no_targets = [[] for _ in src_ids]
+    outputs, order = [], []
+    for batch in iter_batches(list(src_ids), no_targets, batches, *model.pad_start_eos):
+        rows = batch.indices.tolist()
+        if on_batch is not None:
+            on_batch(len(rows))
+        outputs += decode(batch.src.to(device), rows)
+        order += rows
+    return restore_order(outputs, order, len(src_ids))
+
+
+@torch.no_grad()
+def search(
+    model: Transformer,
+    src_ids: list[list[int]],
+    settings: EvalConfig,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[list[int]]:
+    """Every source (ids without EOS) -> its translation's ids, in input order: greedy search for
+    ``settings.beam_size`` 1, else beam search with ``settings.length_penalty``."""
+    s = settings
+
+    def decode(src: torch.Tensor, rows: list[int]) -> list[list[int]]:
+        if s.beam_size > 1:
+            return beam_search(model, src, s.beam_size, s.length_penalty, s.max_len_offset)
+        return greedy_decode(model, src, s.max_len_offset)
+
+    model.eval()
+    return decode_in_batches(model, src_ids, s.max_tokens, decode, on_batch)

@@ -1,0 +1,146 @@
+"""SentencePiece subword tokenizer with fixed special ids (§5.1: a shared BPE vocabulary).
+
+The paper encodes WMT English-German with byte-pair encoding and a *shared* source-target
+vocabulary of about 37000 tokens. Whether the vocabulary is joint is the caller's choice:
+`train_tokenizer` learns from whatever sentences it is given, so pass both sides' sentences for a
+joint vocabulary.
+
+The special ids are the same for every tokenizer this project trains, so the model, the batching
+code and the checkpoints may rely on them:
+
+    PAD_ID = 0   padding; never a prediction target
+    UNK_ID = 1   a character the model never saw (decodes to " ⁇ ")
+    BOS_ID = 2   starts every `tgt_in` row
+    EOS_ID = 3   ends every `src` and `tgt_out` row
+
+Text is normalised with SentencePiece's default `nmt_nfkc` rule (Unicode NFKC, runs of whitespace
+collapsed, leading and trailing whitespace removed), so `decode(encode(text)) == text` holds for any
+text that is already in that form.
+"""
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import sentencepiece as spm
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+MODEL_TYPES = ("bpe", "unigram", "char", "word")
+
+
+def train_tokenizer(
+    sentences: Iterable[str],
+    model_prefix: str | Path,
+    vocab_size: int,
+    model_type: str = "bpe",
+    character_coverage: float = 1.0,
+    input_sentence_size: int = 2_000_000,
+) -> "Tokenizer":
+    """Train SentencePiece on `sentences`, write `<model_prefix>.model` / `.vocab`, and load it.
+
+    `input_sentence_size` caps how many sentences (sampled at random) the trainer keeps in memory.
+    """
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"unknown model_type {model_type!r}; valid: {', '.join(MODEL_TYPES)}")
+    if vocab_size <= EOS_ID + 1:
+        raise ValueError(f"vocab_size {vocab_size} leaves no room beside 4 special ids")
+    model_prefix = Path(model_prefix)
+    model_prefix.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences),
+            model_prefix=str(model_prefix),
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            input_sentence_size=input_sentence_size,
+            shuffle_input_sentence=True,
+            num_threads=2,
+            minloglevel=2,  # errors only: the trainer's progress log is thousands of lines
+        )
+    except RuntimeError as error:  # e.g. "Vocabulary size too high (9000). ... <= 5374."
+        raise ValueError(
+            f"SentencePiece training of {model_prefix} (vocab_size={vocab_size}) failed: {error}"
+        ) from error
+    return Tokenizer(model_prefix.with_name(model_prefix.name + ".model"))
+
+
+class Tokenizer:
+    """A trained SentencePiece model: text <-> ids. Adds no BOS/EOS; the batching code does that."""
+
+    def __init__(self, model_path: str | Path) -> None:
+        self._init(spm.SentencePieceProcessor(model_file=str(model_path)))
+
+    @classmethod
+    def from_bytes(cls, model_proto: bytes) -> "Tokenizer":
+        """Rebuild from `to_bytes()` output, e.g. stored in a checkpoint dict."""
+        tokenizer = cls.__new__(cls)
+        tokenizer._init(spm.SentencePieceProcessor(model_proto=model_proto))
+        return tokenizer
+
+    def _init(self, processor: spm.SentencePieceProcessor) -> None:
+        self._sp = processor
+        found = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
+        if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise ValueError(
+                f"special ids (pad, unk, bos, eos) are {found}, expected "
+                f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}: train the model with train_tokenizer()"
+            )
+        self._special_ids = {PAD_ID, BOS_ID, EOS_ID}
+
+    def to_bytes(self) -> bytes:
+        """The serialized model proto: everything needed to rebuild this tokenizer."""
+        return self._sp.serialized_model_proto()
+
+    @property
+    def vocab_size(self) -> int:
+        return self._sp.get_piece_size()
+
+    @property
+    def pad_id(self) -> int:
+        return PAD_ID
+
+    @property
+    def unk_id(self) -> int:
+        return UNK_ID
+
+    @property
+    def bos_id(self) -> int:
+        return BOS_ID
+
+    @property
+    def eos_id(self) -> int:
+        return EOS_ID
+
+    @property
+    def pad_bos_eos(self) -> tuple[int, int, int]:
+        """The ids ``data.collate`` / ``data.iter_batches`` take, in their order."""
+        return self.pad_id, self.bos_id, self.eos_id
+
+    @property
+    def target_side(self) -> "Tokenizer":
+        """The tokenizer of target sentences: this one, the vocabulary being joint (a released Marian model
+        has its own, see ``marian_text.MarianText``)."""
+        return self
+
+    def encode(self, text: str) -> list[int]:
+        return self._sp.encode(text)
+
+    def encode_batch(self, texts: list[str], threads: int = 2) -> list[list[int]]:
+        """Encode many texts in one call (SentencePiece runs them through C++ in one go, on ``threads``
+        threads; -1: every core)."""
+        return self._sp.encode(list(texts), num_threads=threads)
+
+    def decode(self, ids: list[int]) -> str:
+        """Ids -> plain text. PAD/BOS/EOS are dropped wherever they are; trim at EOS beforehand."""
+        return self._sp.decode([i for i in ids if i not in self._special_ids])
+
+    def decode_batch(self, batch_ids: list[list[int]]) -> list[str]:
+        return [self.decode(ids) for ids in batch_ids]
+
+    def id_to_piece(self, ids: list[int]) -> list[str]:
+        """Subword strings ("▁Ein", "<pad>", ...) for labelling plots."""
+        return [self._sp.id_to_piece(i) for i in ids]

@@ -1,0 +1,430 @@
+"""The Python API: a trained model as a translator of text. ``translate.py`` is a command line over it.
+
+    from transformer import Translator
+    t = Translator.from_checkpoint("runs/multi30k_de_en/best.pt", device="cpu")
+    t.translate(["Ein Hund läuft."], beam=4)                    # ["A dog is running."]
+    t.translate(sentences, beam=4, nbest=3, with_scores=True)   # per input: [(text, log-prob), ...]
+    t.translate(sentences, prefix=["Ein", ""])                   # outputs that start with a given prefix
+    t.translate(sentences, sampling=Sampling(top_p=0.9, seed=1))  # sampled (back-translation)
+    t.score(sources, references)                                # per pair: log P(reference | source)
+    t.attention("Ein Hund läuft.")                              # weights per layer and head + labels
+    t.alignments("Ein Hund läuft.", "A dog is running.")        # [(source word, target word), ...]
+
+A ``Translator`` is made of (model, tokenizer, evaluation settings, device, precision); ``from_checkpoint``
+reads any model ``translate.py`` takes (``training/model_formats.py``). Every method works on text; the
+``*_ids`` methods under them work on token ids. It is the user-facing decoding API: ``translate.py``, the
+benches and the Python API decode through ``search`` / ``search_nbest``, score through
+``sequence_log_probs`` and look at attention through ``attention_ids``. Its searches are the core's
+(``core/decoding.py``, batched by ``core/batched_search.py``, as validation and the final test decode),
+with what only inference needs on top: precisions and int8, prefixes, sampling, n-best lists, prepacked
+weights.
+
+The line contract of ``translate.py`` holds here too:
+  - a blank source is not run through the model: its translation is "" with log-prob 0.0, its score 0.0
+    over 0 tokens, no attention, no alignment;
+  - a source longer than ``max_source_tokens`` (a reference longer than ``max_target_tokens``) is truncated,
+    with a warning (``warn``: by default a line on stderr);
+  - log-probs are natural logs, summed over the target's tokens and its EOS (a translation stopped at the
+    length limit has no EOS: summed over its tokens).
+"""
+
+import dataclasses
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from tqdm import tqdm
+
+from transformer.core.batched_search import decode_in_batches
+from transformer.core.batches import iter_batches, make_batches, restore_order
+from transformer.core.checkpoint import CheckpointError
+from transformer.core.config import EvalConfig, source_token_limit
+from transformer.core.decoding import (
+    beam_search,
+    beam_search_nbest,
+    ended_with_eos,
+    greedy_decode,
+    length_normaliser,
+)
+from transformer.core.model import Transformer
+from transformer.core.tokenizer import Tokenizer
+from transformer.inference.alignment import word_alignment
+from transformer.inference.prepacked import WORTH_PACKING, packed_decoder
+from transformer.inference.quantize import quantized_decoding_model
+from transformer.inference.sampling import Sampling, sample_tokens
+from transformer.training.attention_maps import SentenceAttention, pair_attention
+from transformer.training.metrics import bleu_chrf
+from transformer.training.model_formats import load_model
+from transformer.training.precision import autocast, resolve_device, slow_precision
+
+
+def warn(message: str) -> None:
+    """The default warning: one line on stderr (the command line's too)."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
+class Hypothesis(NamedTuple):
+    ids: list[int]  # target token ids, without EOS
+    log_prob: float  # log P(ids [+ EOS] | source), natural log
+    ended: bool  # ended with EOS (False: stopped at the length limit)
+    score: float = float("nan")  # what beam search ranks by: log_prob / lp(tokens + EOS), lp of GNMT (§6.1)
+
+
+def encode_lines(
+    lines: list[str], tokenizer: Tokenizer, limit: int, where: str, warn: Callable[[str], None] = warn
+) -> list[list[int] | None]:
+    """Token ids per line (None for a blank line), truncated to ``limit`` tokens with a warning.
+
+    ``where``: how messages name line n, e.g. "test.de line {n}".
+    """
+    encoded: list[list[int] | None] = [None] * len(lines)
+    todo = [i for i, line in enumerate(lines) if line.strip()]
+    for i, ids in zip(todo, tokenizer.encode_batch([lines[i] for i in todo])):
+        if len(ids) > limit:
+            warn(f"{where.format(n=i + 1)}: {len(ids)} tokens, truncated to the model's limit of {limit}")
+            ids = ids[:limit]
+        encoded[i] = ids or None  # e.g. only control characters: nothing to translate
+    return encoded
+
+
+def prefix_tensor(prefixes: list[list[int]] | None, rows: list[int], device) -> torch.Tensor | None:
+    """The prefixes of a batch's sentences -> (B, P) long, -1 after each prefix; None if all are empty."""
+    if prefixes is None or not any(prefixes[i] for i in rows):
+        return None
+    P = max(len(prefixes[i]) for i in rows)
+    table = [prefixes[i] + [-1] * (P - len(prefixes[i])) for i in rows]
+    return torch.tensor(table, dtype=torch.long, device=device)  # (B, P)
+
+
+def summed_log_probs(log_probs: torch.Tensor, tokens: list[list[int]]) -> list[float]:
+    """log_probs (B, T, V), row b's tokens (at most T) -> per row, the sum of log P of its tokens."""
+    B, T, _ = log_probs.shape
+    wanted = torch.zeros(B, T, dtype=torch.long)  # (B, T)
+    for row, ids in enumerate(tokens):
+        wanted[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    lengths = torch.tensor([len(ids) for ids in tokens])  # (B,)
+    scored = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
+    picked = log_probs.gather(-1, wanted.to(log_probs.device)[..., None]).squeeze(-1)  # (B, T)
+    return picked.masked_fill(~scored.to(log_probs.device), 0.0).sum(dim=1).tolist()
+
+
+class Translator:
+    """Translate, score, and look at attention, with one model (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizer: Tokenizer,
+        settings: EvalConfig,
+        device: str | torch.device = "cpu",
+        precision: str = "auto",
+        warn: Callable[[str], None] = warn,
+    ):
+        """``settings``: beam size, length penalty, batch size (max_tokens) and max_len_offset.
+        ``precision``: "auto" (bf16 on CUDA, fp32 on the CPU), "fp32", "bf16", "fp16" (the precision a run
+        validated in is ``results.json``'s ``precision``); or on the CPU "int8" / "int8-bf16": a copy of the
+        model with int8 linear layers (``quantize.py``). ``decoding_model`` says how each is run."""
+        self.device = torch.device(device)
+        if (slow := slow_precision(precision, self.device)) is not None:
+            warn(f"--precision {precision}: {slow}")
+        model, self.dtype = quantized_decoding_model(model, precision, self.device)  # dtype: of autocast
+        self.model, self.tokenizer, self.settings = model.to(self.device).eval(), tokenizer, settings
+        self.warn = warn
+        self.home_thread = threading.current_thread()  # the thread that built it (_check_thread)
+        self.warned_thread = False
+        self.max_source_tokens = source_token_limit(model.config, settings)
+        self.max_target_tokens = model.config.max_positions - 1  # + the start token
+        if self.max_source_tokens < 1:
+            raise ValueError(
+                f"model.max_positions={model.config.max_positions} leaves no room for a source with "
+                f"eval.max_len_offset={settings.max_len_offset}"
+            )
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | Path, device: str | torch.device = "cpu", precision: str = "auto", **settings
+    ) -> "Translator":
+        """A checkpoint written by ``train.py``, or a released model: a Hugging Face Marian folder or
+        ``hf:NAME`` (see ``released.py``). ``device``: "cpu", "cuda", "auto", ...; ``settings``: overrides of
+        the checkpoint's ``eval`` settings (beam_size=4, length_penalty=1.0, max_tokens=...)."""
+        device = resolve_device(str(device))
+        model, tokenizer, config = load_model(path, device)
+        try:
+            return cls(model, tokenizer, dataclasses.replace(config.eval, **settings), device, precision)
+        except ValueError as error:  # the checkpoint's own settings cannot work
+            raise CheckpointError(f"checkpoint {path}: {error}") from None
+
+    def autocast(self):
+        return autocast(self.device, self.dtype)
+
+    # -------------------------------------------------------------------------------- token ids
+
+    def encode(self, sentences: list[str], where: str = "sentence {n}") -> list[list[int] | None]:
+        """Source ids per sentence (None: blank), truncated to ``max_source_tokens`` with a warning."""
+        return encode_lines(sentences, self.tokenizer, self.max_source_tokens, where, self.warn)
+
+    def encode_targets(self, sentences: list[str], where: str = "target {n}") -> list[list[int]]:
+        """Target ids per sentence (blank: []), truncated to ``max_target_tokens`` with a warning."""
+        ids = encode_lines(sentences, self.tokenizer.target_side, self.max_target_tokens, where, self.warn)
+        return [i or [] for i in ids]
+
+    def decode(self, ids: list[int]) -> str:
+        """Ids -> one line of text (a newline inside a translation would shift every later line)."""
+        return self.tokenizer.decode(ids).replace("\r", " ").replace("\n", " ")
+
+    def _settings(self, beam: int | None) -> EvalConfig:
+        if beam is None:
+            return self.settings
+        if beam < 1:
+            raise ValueError(f"beam must be >= 1, got {beam}")
+        return dataclasses.replace(self.settings, beam_size=beam)
+
+    def translate_ids(
+        self, sources: list[list[int] | None], beam: int | None = None, nbest: int | None = None,
+        with_scores: bool = False, prefixes: list[list[int]] | None = None, sampling: Sampling | None = None,
+    ) -> list[list[Hypothesis]]:  # fmt: skip
+        """Per source, its ``nbest`` (default 1) best translations, best first; a blank source (None) gets
+        one empty hypothesis. Scores (``log_prob``) only with ``nbest`` or ``with_scores``, else NaN.
+
+        Greedy decoding for beam 1 (its scores teacher-forced), beam search otherwise (its scores its own);
+        the first hypothesis is always the one ``translate`` gives without scores. ``prefixes``: per source,
+        target ids its translations start with ([]: none). ``sampling``: draw each token (beam 1 only)."""
+        settings = self._settings(beam)
+        if nbest is not None and not 1 <= nbest <= settings.beam_size:
+            raise ValueError(f"nbest must be in [1, beam={settings.beam_size}], got {nbest}")
+        if prefixes is not None and len(prefixes) != len(sources):
+            raise ValueError(f"{len(sources)} sources but {len(prefixes)} prefixes")
+        todo = [i for i, src in enumerate(sources) if src is not None]
+        results = [[Hypothesis([], 0.0, True, 0.0)] for _ in sources]
+        src_ids = [sources[i] for i in todo]
+        todo_prefixes = None if prefixes is None else [prefixes[i] for i in todo]
+        if settings.beam_size > 1 and (nbest is not None or with_scores):
+            searched = self.search_nbest(src_ids, settings, nbest or 1, todo_prefixes)
+            found = [[Hypothesis(ids, p, self.ended(src, ids)) for ids, p in hyps]
+                     for src, hyps in zip(src_ids, searched)]  # fmt: skip
+        else:
+            hyp_ids = self.search(src_ids, settings, prefixes=todo_prefixes, sampling=sampling)
+            ended = [self.ended(src, ids) for src, ids in zip(src_ids, hyp_ids)]
+            scores = (
+                self.score_ids(src_ids, hyp_ids, ended)
+                if with_scores or nbest
+                else [float("nan")] * len(todo)
+            )
+            found = [[Hypothesis(*h)] for h in zip(hyp_ids, scores, ended)]
+        lp = lambda h: length_normaliser(len(h.ids) + h.ended, settings.length_penalty)  # noqa: E731
+        for i, hyps in zip(todo, found):
+            results[i] = [h._replace(score=h.log_prob / lp(h)) for h in hyps]
+        return results
+
+    def ended(self, src: list[int], hyp: list[int]) -> bool:
+        """Whether a translation of ``src`` ended with EOS (not cut at the length limit)."""
+        return ended_with_eos(self.model, src, hyp, self.settings.max_len_offset)
+
+    def score_ids(
+        self, sources: list[list[int] | None], targets: list[list[int]], with_eos: list[bool] | None = None
+    ) -> list[float]:
+        """Teacher-forced log P(target [+ EOS] | source) per pair; 0.0 for a blank source (None)."""
+        todo = [i for i, src in enumerate(sources) if src is not None]
+        eos = [True if with_eos is None else with_eos[i] for i in todo]
+        totals = self.sequence_log_probs([sources[i] for i in todo], [targets[i] for i in todo], eos)
+        scores = [0.0] * len(sources)
+        for i, total in zip(todo, totals):
+            scores[i] = total
+        return scores
+
+    def attention_ids(
+        self, source: list[int], target: list[int] | None = None, ended: bool = True
+    ) -> SentenceAttention:
+        """Every attention weight for ``source`` and ``target`` (teacher-forced, with EOS unless ``ended`` is
+        False) or, for None, the greedy translation (without EOS if it stopped at the length limit)."""
+        if target is None:
+            target = self.search([source], dataclasses.replace(self.settings, beam_size=1))[0]
+            ended = self.ended(source, target)
+        with self.autocast():
+            return pair_attention(self.model, self.tokenizer, source, target, ended)
+
+    # ------------------------------------------------------------------- the searches, batched by length
+
+    @torch.no_grad()
+    def search(
+        self, src_ids: list[list[int]], settings: EvalConfig | None = None, progress: str | None = None,
+        use_cache: bool = True, prefixes: list[list[int]] | None = None, sampling: Sampling | None = None,
+    ) -> list[list[int]]:  # fmt: skip
+        """THE decoding driver: every source (ids without EOS) -> its best translation's ids, in input
+        order; greedy for beam 1, else beam search. ``progress``: a label for a progress bar;
+        ``use_cache=False``: greedy recomputes the whole prefix every step (the slow reference);
+        ``prefixes``: per source, the target ids to start with; ``sampling``: draw tokens (beam 1 only)."""
+        s = settings or self.settings
+        if sampling is not None and s.beam_size > 1:
+            raise ValueError(f"sampling draws one token at a time: it needs beam 1, not {s.beam_size}")
+        generator = None if sampling is None else sampling.generator(self.device)
+        pick = None if sampling is None else (lambda logits: sample_tokens(logits, sampling, generator))
+
+        def decode(src: torch.Tensor, rows: list[int]) -> list[list[int]]:
+            prefix = prefix_tensor(prefixes, rows, self.device)
+            if s.beam_size > 1:
+                return beam_search(
+                    self.model, src, s.beam_size, s.length_penalty, s.max_len_offset, prefix=prefix
+                )
+            return greedy_decode(self.model, src, s.max_len_offset, use_cache, prefix, pick)
+
+        return self._in_batches(src_ids, s, decode, progress)
+
+    @torch.no_grad()
+    def search_nbest(
+        self, src_ids: list[list[int]], settings: EvalConfig, nbest: int,
+        prefixes: list[list[int]] | None = None,
+    ) -> list[list[tuple[list[int], float]]]:  # fmt: skip
+        """Beam search (``settings.beam_size``, even 1): per source its ``nbest`` best hypotheses as (ids,
+        log-prob), best first (see ``decoding.beam_search_nbest``)."""
+        s = settings
+
+        def decode(src: torch.Tensor, rows: list[int]) -> list[list[tuple[list[int], float]]]:
+            prefix = prefix_tensor(prefixes, rows, self.device)
+            return beam_search_nbest(
+                self.model, src, s.beam_size, s.length_penalty, s.max_len_offset, nbest, prefix
+            )
+
+        return self._in_batches(src_ids, s, decode)
+
+    def _in_batches(self, src_ids, settings: EvalConfig, decode, progress: str | None = None) -> list:
+        """``decode`` (src (B, S), the batch's input rows -> B results) under this translator's autocast, over
+        ``core.batched_search.decode_in_batches``' length-sorted batches; results in input order."""
+        self.model.eval()
+        self._check_thread()
+        bar = tqdm(total=len(src_ids), desc=progress, unit="sent", leave=False, disable=progress is None)
+
+        def in_precision(src: torch.Tensor, rows: list[int]) -> list:
+            with self.autocast():
+                return decode(src, rows)
+
+        # beam search in fp32 on a CPU: prepacked weights (prepacked.py says why not greedy)
+        pack = self.dtype is None and settings.beam_size > 1 and len(src_ids) >= WORTH_PACKING
+        with packed_decoder(self.model, enabled=pack):
+            outputs = decode_in_batches(self.model, src_ids, settings.max_tokens, in_precision, bar.update)
+        bar.close()
+        return outputs
+
+    def _check_thread(self) -> None:
+        """Warn once when decoding on the CPU in another thread than the one that built this Translator,
+        while that one lives. Two threads that have run PyTorch's parallel operations on a CPU keep two
+        OpenMP thread pools, and then every small operation waits for a sleeping thread to wake: decoding
+        runs markedly slower; built and used in one thread, at full speed (docs/benchmarks.md, "Speed
+        choices in the code")."""
+        here = threading.current_thread()
+        if self.device.type != "cpu" or here is self.home_thread or self.warned_thread:
+            return
+        if self.home_thread.is_alive():
+            self.warned_thread = True
+            self.warn(
+                f"this Translator was built in thread {self.home_thread.name!r} and decodes in "
+                f"{here.name!r}: on a CPU, PyTorch in two threads runs markedly slower; build it in the "
+                "thread that uses it"
+            )
+
+    @torch.no_grad()
+    def sequence_log_probs(
+        self, src_ids: list[list[int]], tgt_ids: list[list[int]], with_eos: list[bool]
+    ) -> list[float]:
+        """Teacher-forced log P(target | source) per pair: the natural-log probabilities of the target's
+        tokens and of its EOS (``with_eos[i]`` False: without EOS, for a translation cut at the length
+        limit), summed, under the distribution the searches decode from (PAD and the start token ruled out).
+        Exactly the tokens given are scored: never more positions than the model has."""
+        self.model.eval()
+        self._check_thread()
+        model = self.model
+        # tgt_in = start + every scored token but the last: one position per scored token, never more
+        inputs = [t if eos else t[:-1] for t, eos in zip(tgt_ids, with_eos)]
+        lengths = ([len(s) for s in src_ids], [len(t) for t in inputs])
+        batches = make_batches(*lengths, self.settings.max_tokens, shuffle=False)
+        totals, order = [], []
+        for batch in iter_batches(list(src_ids), inputs, batches, *model.pad_start_eos):
+            batch = batch.to(self.device)
+            with self.autocast():
+                logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+            logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # (B, T, V) as beam search
+            logits[..., model.never_produced] = float("-inf")  # as decoding rules them out
+            log_probs = torch.log_softmax(logits, dim=-1)  # (B, T, V)
+            rows = batch.indices.tolist()
+            scored = [tgt_ids[i] + [model.eos_id] if with_eos[i] else tgt_ids[i] for i in rows]
+            totals += summed_log_probs(log_probs, scored)
+            order += rows
+        return restore_order(totals, order, len(src_ids))
+
+    def evaluate(
+        self, src_ids: list[list[int]], references: list[str], progress: str | None = None
+    ) -> tuple[list[list[int]], list[str], dict[str, float | str]]:
+        """Translate a split and score it: (hypothesis ids, detokenized hypotheses, ``bleu_chrf``)."""
+        hyp_ids = self.search(src_ids, progress=progress)
+        hyps = self.tokenizer.decode_batch(hyp_ids)
+        return hyp_ids, hyps, bleu_chrf(hyps, references)
+
+    # ------------------------------------------------------------------------------------- text
+
+    def translate(
+        self,
+        sentences: list[str],
+        beam: int | None = None,
+        nbest: int | None = None,
+        with_scores: bool = False,
+        prefix: list[str] | None = None,
+        sampling: Sampling | None = None,
+    ) -> list:
+        """Translations of ``sentences`` (a list of str), in order: per sentence its text; with
+        ``with_scores`` (text, log-prob); with ``nbest`` a list of the ``nbest`` best (texts, or (text,
+        log-prob) pairs), best first. ``beam``: beam size (default: the settings'; 1 = greedy).
+        ``prefix``: per sentence, target text its translation starts with ("" = none); the rest is
+        searched, and scores count the whole translation. ``sampling``: draw tokens instead (beam 1)."""
+        if isinstance(sentences, str):
+            raise TypeError("translate() takes a list of sentences, not one str")
+        prefixes = None if prefix is None else self.encode_targets(list(prefix), "prefix {n}")
+        sources = self.encode(list(sentences))
+        results = self.translate_ids(sources, beam, nbest, with_scores, prefixes, sampling)
+        view = [[(self.decode(h.ids), h.log_prob) if with_scores else self.decode(h.ids) for h in hyps]
+                for hyps in results]  # fmt: skip
+        return view if nbest is not None else [hyps[0] for hyps in view]
+
+    def score(self, sources: list[str], references: list[str]) -> list[float]:
+        """log P(reference + EOS | source) per pair: natural log, summed over tokens (blank source: 0.0)."""
+        if len(sources) != len(references):
+            raise ValueError(f"{len(sources)} sources but {len(references)} references")
+        return self.score_ids(self.encode(list(sources)), self.encode_targets(list(references)))
+
+    def attention(self, source: str, target: str | None = None) -> SentenceAttention:
+        """Cross and self attention weights per layer and head, with the token labels of their axes: for
+        ``target`` teacher-forced, or (None) for the model's own greedy translation."""
+        src = self.encode([source])[0]
+        if src is None:
+            raise ValueError("the source is blank: there is no attention to show")
+        return self.attention_ids(src, None if target is None else self.encode_targets([target])[0])
+
+    def default_align_layer(self) -> int:
+        """The decoder layer whose cross-attention ``alignments`` uses by default: the penultimate one (the
+        last with a single layer), see docs/alignments.md."""
+        return max(len(self.model.decoder.layers) - 2, 0)
+
+    def alignments(
+        self, source: str, target: str | None = None, layer: int | None = None, rows: str = "predicted"
+    ) -> list[tuple[int, int]]:
+        """Word alignment (source word, target word), 0-based, of ``target`` (None: the greedy translation)
+        from the cross-attention of decoder ``layer`` averaged over heads (``alignment.word_alignment``)."""
+        if not source.strip():
+            return []
+        return self.alignments_of(self.attention(source, target), layer, rows)
+
+    def alignments_of(
+        self, attention: SentenceAttention, layer: int | None = None, rows: str = "predicted"
+    ) -> list[tuple[int, int]]:
+        """``alignments`` from an attention already computed."""
+        n_layers = len(attention.cross)
+        layer = self.default_align_layer() if layer is None else layer
+        if not -n_layers <= layer < n_layers:
+            raise ValueError(f"layer {layer} out of range: the decoder has {n_layers} layers")
+        eos = self.tokenizer.id_to_piece([self.tokenizer.eos_id])[0]
+        tgt = attention.target_pieces
+        tgt = tgt[:-1] if tgt and tgt[-1] == eos else tgt
+        weights = attention.cross[layer].mean(dim=0)  # (T, S) heads averaged
+        return word_alignment(weights, attention.source_pieces[:-1], tgt, rows)

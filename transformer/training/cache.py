@@ -1,0 +1,131 @@
+"""Where a run's tokenizer and training ids come from: made once, kept in ``data.cache_dir``, reused.
+
+    data.cache_dir (default: data/cache in the checkout)
+      tokenizer-<key>/tokenizer.model   key: the training files' SHA-256 and the tokenizer settings
+      store-<key>/                      key: the training files' SHA-256 and the tokenizer's own SHA-256
+
+So a second run on the same files and settings — into another run folder, a ``--resume``, every DDP rank —
+trains no tokenizer and tokenizes nothing: it opens both (``token_store.open_store`` checks the store
+first). Changing a file's content or a tokenizer setting changes the key, so a stale entry is never used;
+a damaged store is rebuilt. ``data.tokenizer: PATH`` uses that SentencePiece model instead of training one.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from transformer.core.config import DataConfig
+from transformer.core.tokenizer import Tokenizer
+from transformer.training.corpus import DataError, ParallelArrow, ParallelFiles, Split
+from transformer.training.ranks import Runtime
+from transformer.training.token_store import (
+    CHUNK_PAIRS,
+    FORMAT,
+    TokenStore,
+    build_store,
+    cache_lock,
+    open_store,
+    publish,
+)
+from transformer.training.tokenizer_job import train_elsewhere
+
+ROOT = Path(__file__).resolve().parents[2]
+AUTO_WORKERS_BYTES = 32 << 20  # a corpus smaller than this is tokenized in the training process
+
+
+def cache_root(data: DataConfig) -> Path:
+    return Path(data.cache_dir).expanduser() if data.cache_dir else ROOT / "data" / "cache"
+
+
+def key_of(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
+
+
+def given_tokenizer(path: str) -> Path:
+    """``data.tokenizer``: a SentencePiece model with this project's special ids, or a ``DataError``."""
+    model = Path(path).expanduser()
+    if not model.is_file():
+        raise DataError(f"data.tokenizer={path}: file not found")
+    try:
+        Tokenizer(model)
+    except (ValueError, RuntimeError, OSError) as error:  # wrong special ids, or not a SentencePiece model
+        raise DataError(f"data.tokenizer={path}: {error}") from None
+    return model
+
+
+def cached_tokenizer(train: Split, fingerprint: str, data: DataConfig, log=print) -> Path:
+    """The SentencePiece model for these training files and settings: from the cache, else trained there."""
+    if data.tokenizer:
+        return given_tokenizer(data.tokenizer)
+    settings = (data.vocab_size, data.tokenizer_type, data.character_coverage, data.tokenizer_sample)
+    folder = cache_root(data) / f"tokenizer-{key_of('tokenizer', fingerprint, *settings)}"
+    model = folder / "tokenizer.model"
+    with cache_lock(folder):
+        if model.is_file():
+            try:
+                Tokenizer(model)
+                return model
+            except (ValueError, RuntimeError, OSError):
+                log(f"data: {model} cannot be read: training it again")
+        building = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+        try:
+            train_elsewhere(sentence_files(train, building), building / "tokenizer", *settings)
+            publish(building, folder)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
+    return model
+
+
+def sentence_files(train: Split, folder: Path) -> list[Path]:
+    """The files a tokenizer learns from, in the order it always has: every source line, then every target
+    line. A split held in memory is written to ``folder`` first."""
+    if isinstance(train, ParallelFiles):
+        return [train.src_path, train.tgt_path]
+    path = folder / "sentences.txt"
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(line.replace("\n", " ") + "\n" for line in train.sentences())
+    return [path]
+
+
+def workers_for(train: Split, data: DataConfig) -> int:
+    if data.workers >= 0:
+        return data.workers
+    if isinstance(train, ParallelFiles):
+        size = train.src_path.stat().st_size + train.tgt_path.stat().st_size
+    elif isinstance(train, ParallelArrow):
+        size = train.dataset.data.nbytes  # the Arrow table's bytes: no text is read for this
+    else:
+        size = sum(map(len, train.src)) + sum(map(len, train.tgt))
+    return min(os.cpu_count() or 1, 8) if size > AUTO_WORKERS_BYTES else 0
+
+
+def train_store(
+    train: Split, fingerprint: str, tokenizer: Tokenizer, data: DataConfig,
+    runtime: Runtime, log=print,
+) -> TokenStore:  # fmt: skip
+    """The training split's token store for this tokenizer: opened from the cache, else built there by
+    rank 0 while the other ranks wait."""
+    tokenizer_bytes = tokenizer.to_bytes()  # a Marian tokenizer's are a zip made on each call: once
+    model_sha = hashlib.sha256(tokenizer_bytes).hexdigest()
+    # a Marian tokenizer's Python code is part of what it is; a SentencePiece model is its bytes alone
+    encoder = [tokenizer.encoder_version] if hasattr(tokenizer, "encoder_version") else []
+    folder = cache_root(data) / f"store-{key_of('store', FORMAT, fingerprint, model_sha, *encoder)}"
+    store = None
+    if runtime.is_main:
+        with cache_lock(folder):
+            store, why = open_store(folder)
+            if store is None:
+                if folder.exists():
+                    log(f"data: the store in {folder} cannot be used ({why}): building it again")
+                chunks = train.chunks(CHUNK_PAIRS)
+                workers = workers_for(train, data)
+                store = build_store(folder, chunks, tokenizer_bytes, tokenizer.vocab_size, workers)
+    runtime.wait_for_main()
+    if store is None:
+        store, why = open_store(folder)
+        if store is None:
+            raise DataError(f"the token store in {folder} cannot be used: {why}")
+    return store
