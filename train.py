@@ -4,10 +4,10 @@
                     [--resume | --overwrite] [--data-dir DIR]
     torchrun --nproc_per_node=N train.py ...        # data-parallel on N GPUs (NCCL) or CPU processes (gloo)
 
-The story: ``setup`` (transformer/training/run.py: corpus, tokenizer, model, optimizer, run folder) -> per
-update
-``accumulate_gradients`` and ``optimizer_step`` -> ``evaluate_and_save`` every ``eval.every_steps`` ->
-``stop_reason`` -> ``final_test`` with best.pt (or the averaged checkpoints) -> results.json.
+The story: ``setup`` (transformer/training/run.py: corpus, tokenizer, model, optimizer, run folder) ->
+per update ``accumulate_gradients`` and ``optimizer_step`` -> ``evaluate_and_save`` every
+``eval.every_steps`` -> ``stop_reason`` -> ``final_test`` with best.pt (or the averaged checkpoints) ->
+results.json.
 """
 
 import argparse

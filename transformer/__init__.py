@@ -26,8 +26,8 @@ EXPORTS = {
     "scaled_dot_product_attention": "core.attention", "MultiHeadAttention": "core.attention",
     "padding_mask": "core.masks", "causal_mask": "core.masks", "decoder_self_mask": "core.masks",
     "FeedForward": "core.layers", "EncoderLayer": "core.layers", "DecoderLayer": "core.layers",
-    "Encoder": "core.model", "Decoder": "core.model", "Transformer": "core.model", "build_model":
-    "core.model",
+    "Encoder": "core.model", "Decoder": "core.model", "Transformer": "core.model",
+    "build_model": "core.model",
     "Tokenizer": "core.tokenizer", "train_tokenizer": "core.tokenizer",
     "Batch": "core.batches", "make_batches": "core.batches",
     "Config": "core.config", "ConfigError": "core.config", "load_config": "core.config",

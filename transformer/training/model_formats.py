@@ -1,8 +1,8 @@
 """The one door from training and the ``Translator`` to ``interop/``: the model and tokenizer formats read
 beside this project's own checkpoints. It imports neither torch nor ``interop/`` at import time: the
 token store's worker processes read tokenizers through it. ``interop/`` (and, through it, ``transformers``)
-is imported only
-when a released Marian model or a Marian tokenizer is met: the rest of the package never imports it.
+is imported only when a released Marian model or a Marian tokenizer is met: the rest of the package never
+imports it.
 
     released model     a Hugging Face Marian folder, or hf:NAME          (interop/released.py)
     Marian tokenizer   a zip of its files, inside a fine-tuned checkpoint (interop/marian_text.py)
