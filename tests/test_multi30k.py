@@ -75,7 +75,7 @@ def test_the_rule_flag_then_environment_then_the_checkout(monkeypatch, tmp_path)
     assert multi30k.locate(tmp_path / "flag") == (tmp_path / "flag", False)
     assert multi30k.locate() == (tmp_path / "env", False)
     monkeypatch.delenv("MULTI30K_DIR")
-    assert multi30k.locate() == (Path(multi30k.__file__).parents[1] / "data" / "multi30k", True)
+    assert multi30k.locate() == (Path(multi30k.__file__).parents[2] / "data" / "multi30k", True)
 
 
 def test_a_full_download_verifies_every_file_and_nothing_is_fetched_twice(server, capsys):
