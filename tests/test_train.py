@@ -25,7 +25,7 @@ from transformer.core.optim import (
     make_optimizer,
     set_lr,
 )
-from transformer.inference.translator import Translator
+from transformer.training import validation
 from transformer.training.corpus import read_lines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,13 +181,13 @@ def test_auto_precision_trains_and_validates_in_its_choice(tmp_path, monkeypatch
     which, results.json records it, and validation decodes in it."""
     cpu_with(monkeypatch, *features)
     decoded_in = []
-    real_init = Translator.__init__
+    real_search = validation.search
 
-    def recording_init(self, *args, **kwargs):
-        real_init(self, *args, **kwargs)
-        decoded_in.append(self.model.output_proj.weight.dtype)  # bf16 on the CPU: a bf16 copy of the model
+    def recording_search(model, *args, **kwargs):
+        decoded_in.append(model.output_proj.weight.dtype)  # bf16 on the CPU: a bf16 copy of the model
+        return real_search(model, *args, **kwargs)
 
-    monkeypatch.setattr(Translator, "__init__", recording_init)
+    monkeypatch.setattr(validation, "search", recording_search)
     one_step = ("train.precision=auto", "train.max_steps=2", "eval.every_steps=2")
     assert run_train(tmp_path / "auto", *one_step) == 0
     out, err = capsys.readouterr()
