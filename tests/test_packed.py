@@ -1,17 +1,19 @@
-"""Decoding on prepacked weights (transformer/inference/prepacked.py): inside ``packed_decoder`` the
-decoder's linear
-layers and the output layer give F.linear's numbers, the searches give the same tokens, the weights are the
-ones of the moment the block is entered, and the layers get their own forward back, whatever happens in the
-block. Where packing cannot be used (autograd, bf16, quantized weights), nothing is touched."""
+"""Decoding on prepacked weights (transformer/core/prepacked.py): inside ``packed_decoder`` the decoder's
+linear layers and the output layer give F.linear's numbers, the searches give the same tokens, the weights
+are the ones of the moment the block is entered, and the layers get their own forward back, whatever
+happens in the block. Where packing cannot be used (autograd, bf16, quantized weights), nothing is touched."""
+
+import dataclasses
 
 import pytest
 import torch
 from test_decoding import random_model, random_sources
 from torch import nn
 
+from transformer.core import prepacked as packed
+from transformer.core.batched_search import search
 from transformer.core.decoding import beam_search, greedy_decode
-from transformer.inference import prepacked as packed
-from transformer.inference.prepacked import WORTH_PACKING, packed_decoder
+from transformer.core.prepacked import WORTH_PACKING, packed_decoder
 from transformer.inference.translator import Translator
 
 if not torch.backends.mkldnn.is_available():  # every PyTorch wheel for x86 and ARM CPUs has oneDNN
@@ -109,3 +111,25 @@ def test_the_translator_packs_the_searches_worth_it(tiny_checkpoint, monkeypatch
     assert len(packs) == n_linears and few[0] == many[0]  # not worth packing: F.linear, the same line
     translator.translate(["Ein Hund läuft."] * WORTH_PACKING)  # greedy: not packed
     assert len(packs) == n_linears
+
+
+def test_the_core_search_packs_as_the_translator_does_so_the_final_test_and_translate_py_agree(
+    tiny_checkpoint, monkeypatch
+):
+    translator = Translator.from_checkpoint(tiny_checkpoint)
+    packs = []
+    real = packed._packed_forward
+    monkeypatch.setattr(packed, "_packed_forward", lambda linear: packs.append(linear) or real(linear))
+    sources = translator.encode(["Ein Hund läuft.", "Zwei Männer sitzen."] * (WORTH_PACKING // 2))
+    beam2 = dataclasses.replace(translator.settings, beam_size=2)
+    ours = search(translator.model, sources, beam2)
+    assert len(packs) == len(packed_layers_of(translator.model))  # packed once, for the whole search
+    assert ours == translator.search(sources, beam2)  # the Translator's lines
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # under autocast: never on fp32 prepacked weights
+        search(translator.model, sources, beam2)
+    search(translator.model, sources, dataclasses.replace(beam2, beam_size=1))  # greedy: not packed
+    assert len(packs) == 2 * len(packed_layers_of(translator.model))  # the Translator's own search only
+
+
+def packed_layers_of(model) -> list[nn.Linear]:
+    return [m for m in model.decoder.modules() if isinstance(m, nn.Linear)] + [model.output_proj]

@@ -17,6 +17,7 @@ decoding, on plain PyTorch tensors. It imports nothing from the rest of the pack
     checkpoint.py      the checkpoint format: everything needed to translate, and to resume training
     topk.py            each row's k largest scores, the kernel of beam search
     decoding.py        greedy search and beam search with the key/value cache (§6.1)
+    prepacked.py       beam search's linear layers on weights laid out once for the CPU (same math)
     batched_search.py  a list of sentences decoded in length-sorted batches, in input order
 
 The training loop itself is ``train.py``'s, top to bottom; ``training/`` prepares its data and run folder,

@@ -12,6 +12,7 @@ from transformer.core.batches import iter_batches, make_batches, restore_order
 from transformer.core.config import EvalConfig
 from transformer.core.decoding import beam_search, greedy_decode
 from transformer.core.model import Transformer
+from transformer.core.prepacked import WORTH_PACKING, packed_decoder
 
 
 def decode_in_batches(
@@ -20,21 +21,25 @@ def decode_in_batches(
     max_tokens: int,
     decode: Callable[[torch.Tensor, list[int]], list],
     on_batch: Callable[[int], None] | None = None,
+    pack: bool = False,
 ) -> list:
     """``decode`` (src (B, S) on the model's device, the batch's input rows -> B results) over batches of
     sources of similar length (at most ``max_tokens`` padded tokens, the source length standing in for the
-    output's); the results in input order. ``on_batch``: told each batch's number of sentences."""
+    output's); the results in input order. ``on_batch``: told each batch's number of sentences. ``pack``:
+    decode on prepacked weights (``prepacked.py``: beam search in fp32 on a CPU) when there are enough
+    sentences to be worth it."""
     device = next(model.parameters()).device
     lengths = [len(s) for s in src_ids]
     batches = make_batches(lengths, lengths, max_tokens, shuffle=False)
     no_targets = [[] for _ in src_ids]
     outputs, order = [], []
-    for batch in iter_batches(list(src_ids), no_targets, batches, *model.pad_start_eos):
-        rows = batch.indices.tolist()
-        if on_batch is not None:
-            on_batch(len(rows))
-        outputs += decode(batch.src.to(device), rows)
-        order += rows
+    with packed_decoder(model, enabled=pack and len(src_ids) >= WORTH_PACKING):
+        for batch in iter_batches(list(src_ids), no_targets, batches, *model.pad_start_eos):
+            rows = batch.indices.tolist()
+            if on_batch is not None:
+                on_batch(len(rows))
+            outputs += decode(batch.src.to(device), rows)
+            order += rows
     return restore_order(outputs, order, len(src_ids))
 
 
@@ -55,4 +60,6 @@ def search(
         return greedy_decode(model, src, s.max_len_offset)
 
     model.eval()
-    return decode_in_batches(model, src_ids, s.max_tokens, decode, on_batch)
+    device = next(model.parameters()).device
+    pack = s.beam_size > 1 and not torch.is_autocast_enabled(device.type)  # prepacked weights are fp32
+    return decode_in_batches(model, src_ids, s.max_tokens, decode, on_batch, pack)

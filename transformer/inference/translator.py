@@ -16,8 +16,7 @@ reads any model ``translate.py`` takes (``training/model_formats.py``). Every me
 benches and the Python API decode through ``search`` / ``search_nbest``, score through
 ``sequence_log_probs`` and look at attention through ``attention_ids``. Its searches are the core's
 (``core/decoding.py``, batched by ``core/batched_search.py``, as validation and the final test decode),
-with what only inference needs on top: precisions and int8, prefixes, sampling, n-best lists, prepacked
-weights.
+with what only inference needs on top: precisions and int8, prefixes, sampling, n-best lists.
 
 The line contract of ``translate.py`` holds here too:
   - a blank source is not run through the model: its translation is "" with log-prob 0.0, its score 0.0
@@ -52,7 +51,6 @@ from transformer.core.decoding import (
 from transformer.core.model import Transformer
 from transformer.core.tokenizer import Tokenizer
 from transformer.inference.alignment import word_alignment
-from transformer.inference.prepacked import WORTH_PACKING, packed_decoder
 from transformer.inference.quantize import quantized_decoding_model
 from transformer.inference.sampling import Sampling, sample_tokens
 from transformer.training.attention_maps import SentenceAttention, pair_attention
@@ -301,10 +299,9 @@ class Translator:
             with self.autocast():
                 return decode(src, rows)
 
-        # beam search in fp32 on a CPU: prepacked weights (prepacked.py says why not greedy)
-        pack = self.dtype is None and settings.beam_size > 1 and len(src_ids) >= WORTH_PACKING
-        with packed_decoder(self.model, enabled=pack):
-            outputs = decode_in_batches(self.model, src_ids, settings.max_tokens, in_precision, bar.update)
+        # beam search without autocast: prepacked weights (core/prepacked.py says why not greedy)
+        pack = self.dtype is None and settings.beam_size > 1
+        outputs = decode_in_batches(self.model, src_ids, settings.max_tokens, in_precision, bar.update, pack)
         bar.close()
         return outputs
 
