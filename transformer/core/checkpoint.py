@@ -164,13 +164,11 @@ def training_checkpoint(
 RESUME_IGNORES = ("data_dir", "cache_dir", "workers")  # where the data and cache are, how many processes
 
 
-def restore_training(path: Path, model, optimizer, scaler, ema, config, rank: int = 0) -> dict:
-    """Load what ``training_checkpoint`` saved back into these objects and this rank's RNG state; returns
-    the saved ``state``.
-
-    Refuses a checkpoint trained with other model or data settings or another seed: they decide the
-    weights' shapes and the order of the batches."""
-    ckpt = load_checkpoint(path)
+def check_resumable(ckpt: dict, path: Path, config: Config, world_size: int, precision: str) -> None:
+    """Refuse to resume from ``ckpt`` (read from ``path``), before anything is written, when it was trained
+    with other model or data settings or another seed (they decide the weights' shapes and the order of the
+    batches), by another number of processes, or in another precision (a checkpoint that does not say
+    trained in fp32); or when it lacks the moving average ``train.ema_decay`` asks for."""
     saved, now, default = ckpt["config"], config.to_dict(), Config().to_dict()  # a missing key: its default
     changed = [
         f"model.{k}" for k in now["model"] if saved["model"].get(k, default["model"][k]) != now["model"][k]
@@ -182,13 +180,29 @@ def restore_training(path: Path, model, optimizer, scaler, ema, config, rank: in
     changed += ["train.seed"] if saved["train"].get("seed") != now["train"]["seed"] else []
     if changed:
         raise CheckpointError(f"{path} was trained with other values of {', '.join(changed)}; cannot resume")
+    state = ckpt["state"]
+    if state.get("world_size", 1) != world_size:
+        raise CheckpointError(
+            f"{path} was trained by {state.get('world_size', 1)} processes; resume with as many"
+        )
+    trained_in = state.get("precision") or "fp32"  # a checkpoint that does not say trained in fp32
+    if trained_in != precision:
+        raise CheckpointError(
+            f"{path} was trained in {trained_in}; train.precision={config.train.precision} is {precision} "
+            f"here: resume with --set train.precision={trained_in}"
+        )
+    if config.train.ema_decay > 0 and "ema" not in ckpt:
+        raise CheckpointError(f"{path} has no moving average; cannot resume with train.ema_decay > 0")
+
+
+def restore_training(ckpt: dict, path: Path, model, optimizer, scaler, ema, rank: int = 0) -> dict:
+    """Load what ``training_checkpoint`` saved (``ckpt``, read from ``path`` and passed by
+    ``check_resumable``) back into these objects and this rank's RNG state; returns the saved ``state``."""
     unwrap(model).load_state_dict(ckpt.get("train_model", ckpt["model"]))
     load_optimizer_state(optimizer, ckpt["optimizer"])
     if ckpt.get("scaler"):
         scaler.load_state_dict(ckpt["scaler"])
     if ema is not None:
-        if "ema" not in ckpt:
-            raise CheckpointError(f"{path} has no moving average; cannot resume with train.ema_decay > 0")
         ema.load_state_dict(ckpt["ema"])
     ranks = ckpt["rng"].get("ranks", [ckpt["rng"]])  # older checkpoints: one state for every rank
     if rank >= len(ranks):

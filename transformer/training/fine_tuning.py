@@ -36,9 +36,11 @@ class Source:
     path: str
     config: Config
     tokenizer: Tokenizer
-    weights: dict[str, torch.Tensor]
+    weights: dict[str, torch.Tensor]  # what the source translates with (its moving average, if it kept one)
     optimizer: dict | None  # the source's optimizer state, when it is a training checkpoint
     step: int
+    train_weights: dict[str, torch.Tensor] | None = None  # the raw weights its optimizer state belongs to
+    ema: dict | None = None  # its moving average's state, when it kept one
 
 
 def load_source(path: str) -> Source:
@@ -54,7 +56,10 @@ def load_source(path: str) -> Source:
     except (ConfigError, KeyError, ValueError) as error:
         raise CheckpointError(f"train.init_from={path}: not a checkpoint of this project ({error})") from None
     step = int(checkpoint.get("state", {}).get("step", 0))
-    return Source(path, config, tokenizer, checkpoint["model"], checkpoint.get("optimizer"), step)
+    return Source(
+        path, config, tokenizer, checkpoint["model"], checkpoint.get("optimizer"), step,
+        checkpoint.get("train_model"), checkpoint.get("ema"),
+    )  # fmt: skip
 
 
 def released_source(path: str) -> Source:
@@ -97,19 +102,27 @@ def with_source_model(config: Config, source: Source) -> Config:
     return dataclasses.replace(config, model=dataclasses.replace(theirs, dropout=mine.dropout))
 
 
-def start_from(
-    source: Source, model: torch.nn.Module, optimizer: torch.optim.Optimizer, train: TrainConfig
-) -> int:
-    """Load the source's weights (and, unless ``train.reset_optimizer``, its optimizer state: its moments,
-    with the run's own Adam settings); returns the first step."""
-    model.load_state_dict(source.weights)
-    if train.reset_optimizer:
-        return 0
-    if source.optimizer is None:
+def check_source(source: Source, train: TrainConfig) -> None:
+    """Refuse, before the run folder is written, a source that cannot continue as ``train`` asks."""
+    if not train.reset_optimizer and source.optimizer is None:
         raise ConfigError(
             f"train.reset_optimizer=false needs the source's optimizer state: {source.path} has none "
             "(an inference-only checkpoint keeps only the weights)"
         )
+
+
+def start_from(
+    source: Source, model: torch.nn.Module, optimizer: torch.optim.Optimizer, train: TrainConfig
+) -> int:
+    """Load the source's weights; returns the first step. With ``train.reset_optimizer``, the weights it
+    translates with, and a fresh optimizer at step 0. Without, training goes on as ``--resume`` would: its
+    raw weights with its optimizer state (its moments, with the run's own Adam settings) and its step; the
+    caller continues its moving average (``Source.ema``)."""
+    if train.reset_optimizer:
+        model.load_state_dict(source.weights)
+        return 0
+    check_source(source, train)
+    model.load_state_dict(source.train_weights if source.train_weights is not None else source.weights)
     load_optimizer_state(optimizer, source.optimizer)
     for group in optimizer.param_groups:  # load_state_dict brought the source's settings: the run's win
         group.update(

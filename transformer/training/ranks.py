@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from transformer.training.precision import (
+    DeviceError,
     autocast,
     autocast_dtype,
     resolve_device,
@@ -92,6 +93,6 @@ def setup_runtime(device_name: str, precision: str) -> Runtime:
     size_onednn_cache(device, dtype)
     runtime = Runtime(device, dtype, rank, world_size, waiting_group)
     if len(chosen := set(runtime.gather(runtime.precision))) > 1:  # "auto" on machines with other CPUs
-        raise ValueError(f"train.precision={precision} resolves differently across the ranks' machines "
+        raise DeviceError(f"train.precision={precision} resolves differently across the ranks' machines "
                          f"({', '.join(sorted(chosen))}): set one of them")  # fmt: skip
     return runtime

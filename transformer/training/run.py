@@ -13,8 +13,9 @@ from pathlib import Path
 import torch
 
 from transformer.core.checkpoint import (
-    CheckpointError,
+    check_resumable,
     link_checkpoint,
+    load_checkpoint,
     restore_training,
     rng_state,
     save_checkpoint,
@@ -29,7 +30,7 @@ from transformer.training.cache import train_store
 from transformer.training.corpus import DataError
 from transformer.training.datasets import load_corpus, load_test_sets
 from transformer.training.ema import EMA
-from transformer.training.fine_tuning import load_source, start_from, with_source_model
+from transformer.training.fine_tuning import check_source, load_source, start_from, with_source_model
 from transformer.training.precision import slow_precision
 from transformer.training.ranks import Runtime, setup_runtime
 from transformer.training.run_folder import prepare_run_dir, run_tokenizer
@@ -85,9 +86,16 @@ class Run:
 def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     """Everything a run needs, on this rank's device; with ``resume``, as RUN_DIR/last.pt left it."""
     runtime = setup_runtime(config.train.device, config.train.precision)
+    # every refusal comes before the run folder is written: a refused run leaves it as it was
     source = load_source(config.train.init_from) if config.train.init_from else None  # fine-tuning
+    if source and not resume:
+        check_source(source, config.train)
     config = with_source_model(config, source) if source else config
-    corpus = load_corpus(config.data)  # before the run folder: bad data leaves nothing behind
+    last = run_dir / "last.pt"
+    resumed = load_checkpoint(last) if resume else None
+    if resumed is not None:
+        check_resumable(resumed, last, config, runtime.world_size, runtime.precision)
+    corpus = load_corpus(config.data)
     corpus |= load_test_sets(config.eval.test_sets, config.data)
     fingerprint = corpus["train"].fingerprint()  # the training files' SHA-256: the cache's key; checks them
     prepare_run_dir(config, run_dir, runtime, resume, overwrite)
@@ -108,8 +116,12 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     if source and not resume:
         run.state.step = start_from(source, model, run.optimizer, config.train)
         run.ema = EMA(model, config.train.ema_decay) if config.train.ema_decay > 0 else None
-    if resume:
-        run.state = resumed_state(run)
+        if run.ema is not None and source.ema is not None and not config.train.reset_optimizer:
+            run.ema.load_state_dict(source.ema)  # the source's average goes on, as with --resume
+    if resumed is not None:
+        parts = run.optimizer, run.scaler, run.ema, runtime.rank
+        run.state = State(**restore_training(resumed, last, model, *parts))
+        del resumed
     run.state.world_size, run.state.precision = runtime.world_size, runtime.precision
     if len(splits.train_indices) == 0:
         raise DataError(f"no training pair is left: {cleaning_line(splits.cleaning, config.data)}")
@@ -135,22 +147,6 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
         if (slow := slow_precision(config.train.precision, runtime.device)) is not None:
             print(f"warning: train.precision={config.train.precision}: {slow}", file=sys.stderr, flush=True)
     return run
-
-
-def resumed_state(run: Run) -> State:
-    """RUN_DIR/last.pt loaded into the run's model, optimizer, scaler and moving average; its ``State``.
-    Refused when it was trained by another number of processes or in another precision."""
-    runtime, last = run.runtime, run.run_dir / "last.pt"
-    parts = run.optimizer, run.scaler, run.ema, run.config, runtime.rank
-    state = State(**restore_training(last, run.model, *parts))
-    if state.world_size != runtime.world_size:
-        raise CheckpointError(f"{last} was trained by {state.world_size} processes; resume with as many")
-    if state.precision not in (None, runtime.precision):
-        raise CheckpointError(
-            f"{last} was trained in {state.precision}; train.precision={run.config.train.precision} is "
-            f"{runtime.precision} here: resume with --set train.precision={state.precision}"
-        )
-    return state
 
 
 def save(run: Run, *names: str) -> dict | None:
