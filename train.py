@@ -40,7 +40,7 @@ from transformer.training.prefetch import prefetch
 from transformer.training.run import Run, TrainingError, check_finite, save, setup
 from transformer.training.run_folder import RunFolderError, keep_step_checkpoint, write_results
 from transformer.training.splits import lengths_of
-from transformer.training.validation import test_other_sets, test_split, validate
+from transformer.training.validation import score_other_test_sets, translate_and_score, validate
 
 STOP_REASONS = (None, "max_steps", "max_epochs", "max_minutes", "patience")
 
@@ -250,12 +250,12 @@ def final_test(run: Run, stop_reason: str) -> dict:
         save_checkpoint(average_checkpoints(kept, weights), tested)
     model, tokenizer, _ = load_model(tested, rt.device)
     t0 = time.perf_counter()
-    hyps, scores = test_split(model, tokenizer, src_ids, refs, config.eval, rt)
+    hyps, scores = translate_and_score(model, tokenizer, src_ids, refs, config.eval, rt)
     seconds, params = time.perf_counter() - t0, sum(p.numel() for p in model.parameters())
     results = reporting.run_results(
         scores, config, run.state, stop_reason, rt.world_size, tested=tested.name,
         test_decode_seconds=seconds, parameters=params, device=str(rt.device), precision=rt.precision,
-        data_cleaning=run.splits.cleaning, test_sets=test_other_sets(run, model, tokenizer),
+        data_cleaning=run.splits.cleaning, test_sets=score_other_test_sets(run, model, tokenizer),
     )  # fmt: skip
     write_results(run.run_dir, results, hyps)
     print(reporting.test_line(results), flush=True)

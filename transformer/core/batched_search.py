@@ -51,7 +51,8 @@ def search(
     on_batch: Callable[[int], None] | None = None,
 ) -> list[list[int]]:
     """Every source (ids without EOS) -> its translation's ids, in input order: greedy search for
-    ``settings.beam_size`` 1, else beam search with ``settings.length_penalty``."""
+    ``settings.beam_size`` 1, else beam search with ``settings.length_penalty``. A source without tokens (a
+    blank line) is not run through the model: its translation is empty, as ``translate.py``'s."""
     s = settings
 
     def decode(src: torch.Tensor, rows: list[int]) -> list[list[int]]:
@@ -62,4 +63,9 @@ def search(
     model.eval()
     device = next(model.parameters()).device
     pack = s.beam_size > 1 and not torch.is_autocast_enabled(device.type)  # prepacked weights are fp32
-    return decode_in_batches(model, src_ids, s.max_tokens, decode, on_batch, pack)
+    todo = [i for i, src in enumerate(src_ids) if src]
+    found = decode_in_batches(model, [src_ids[i] for i in todo], s.max_tokens, decode, on_batch, pack)
+    outputs: list[list[int]] = [[] for _ in src_ids]
+    for i, ids in zip(todo, found):
+        outputs[i] = ids
+    return outputs

@@ -62,11 +62,17 @@ def max_lengths(model: Transformer, src: torch.Tensor, max_len_offset: int) -> t
     return (source_lengths + max_len_offset).clamp(min=1, max=model.config.max_positions)
 
 
-def ended_with_eos(model: Transformer, src: list[int], hyp: list[int], max_len_offset: int) -> bool:
-    """THE test of whether ``hyp``, a translation of ``src`` (ids without EOS), ended with EOS rather than
-    at the length limit: the searches output a translation shorter than its limit only when EOS ended it."""
+def ended_with_eos(
+    model: Transformer, src: list[int], hyp: list[int], max_len_offset: int, prefix_length: int = 0
+) -> bool:
+    """THE test of whether ``hyp``, a translation of ``src`` (ids without EOS) that had to start with a
+    prefix of ``prefix_length`` tokens, ended with EOS rather than at its length limit (raised to fit the
+    prefix, as the searches raise it): the searches output a translation shorter than its limit only when
+    EOS ended it."""
     src_tensor = torch.tensor([src + [model.eos_id]])  # (1, S)
-    return len(hyp) < int(max_lengths(model, src_tensor, max_len_offset)[0])
+    prefix = torch.zeros(1, prefix_length, dtype=torch.long)  # (1, P): only its length counts here
+    limit = _prefix_limits(max_lengths(model, src_tensor, max_len_offset), prefix, model)  # (1,)
+    return len(hyp) < int(limit[0])
 
 
 def _force_prefix(scores: torch.Tensor, prefix: torch.Tensor | None, step: int) -> torch.Tensor:

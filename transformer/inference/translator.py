@@ -193,19 +193,22 @@ class Translator:
         settings = self._settings(beam)
         if nbest is not None and not 1 <= nbest <= settings.beam_size:
             raise ValueError(f"nbest must be in [1, beam={settings.beam_size}], got {nbest}")
+        if sampling is not None and settings.beam_size > 1:  # with scores or n-best lists too
+            raise ValueError(f"sampling draws one token at a time: it needs beam 1, not {settings.beam_size}")
         if prefixes is not None and len(prefixes) != len(sources):
             raise ValueError(f"{len(sources)} sources but {len(prefixes)} prefixes")
         todo = [i for i, src in enumerate(sources) if src is not None]
         results = [[Hypothesis([], 0.0, True, 0.0)] for _ in sources]
         src_ids = [sources[i] for i in todo]
         todo_prefixes = None if prefixes is None else [prefixes[i] for i in todo]
+        no_prefixes = [None] * len(todo)
         if settings.beam_size > 1 and (nbest is not None or with_scores):
             searched = self.search_nbest(src_ids, settings, nbest or 1, todo_prefixes)
-            found = [[Hypothesis(ids, p, self.ended(src, ids)) for ids, p in hyps]
-                     for src, hyps in zip(src_ids, searched)]  # fmt: skip
+            found = [[Hypothesis(ids, p, self.ended(src, ids, pre)) for ids, p in hyps]
+                     for src, hyps, pre in zip(src_ids, searched, todo_prefixes or no_prefixes)]  # fmt: skip
         else:
             hyp_ids = self.search(src_ids, settings, prefixes=todo_prefixes, sampling=sampling)
-            ended = [self.ended(src, ids) for src, ids in zip(src_ids, hyp_ids)]
+            ended = [self.ended(*row) for row in zip(src_ids, hyp_ids, todo_prefixes or no_prefixes)]
             scores = (
                 self.score_ids(src_ids, hyp_ids, ended)
                 if with_scores or nbest
@@ -217,9 +220,10 @@ class Translator:
             results[i] = [h._replace(score=h.log_prob / lp(h)) for h in hyps]
         return results
 
-    def ended(self, src: list[int], hyp: list[int]) -> bool:
-        """Whether a translation of ``src`` ended with EOS (not cut at the length limit)."""
-        return ended_with_eos(self.model, src, hyp, self.settings.max_len_offset)
+    def ended(self, src: list[int], hyp: list[int], prefix: list[int] | None = None) -> bool:
+        """Whether a translation of ``src`` (made to start with ``prefix``) ended with EOS, not cut at the
+        length limit."""
+        return ended_with_eos(self.model, src, hyp, self.settings.max_len_offset, len(prefix or []))
 
     def score_ids(
         self, sources: list[list[int] | None], targets: list[list[int]], with_eos: list[bool] | None = None

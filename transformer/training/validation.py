@@ -34,7 +34,7 @@ def translate_split(
     return decoding, dtype, hyp_ids
 
 
-def test_split(
+def translate_and_score(
     model: Transformer, tokenizer, src_ids: list[list[int]], references: list[str], settings: EvalConfig,
     runtime: Runtime, progress: str = "test",
 ) -> tuple[list[str], dict[str, float | str]]:  # fmt: skip
@@ -76,12 +76,12 @@ def validate(run: Run, model: Transformer) -> dict:
     return entry
 
 
-def test_other_sets(run: Run, model: Transformer, tokenizer) -> dict[str, dict]:
+def score_other_test_sets(run: Run, model: Transformer, tokenizer) -> dict[str, dict]:
     """``eval.test_sets``, each decoded like the test set: {name: BLEU, chrF, signature, sentences}, logged
     to TensorBoard (test/NAME/bleu, .../chrf) and written to RUN_DIR/test_hypotheses.NAME.txt (rank 0)."""
     results = {}
     for name, ((src_ids, _), refs) in run.splits.other_tests.items():
-        hyps, scores = test_split(
+        hyps, scores = translate_and_score(
             model, tokenizer, src_ids, refs, run.config.eval, run.runtime, f"test {name}"
         )
         results[name] = scores | {"sentences": len(refs)}
