@@ -3,6 +3,7 @@
 training files (corpus.ParallelFiles) and the cleaning rules (data.clean_pairs)."""
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from conftest import DATA_DIR, ROOT, needs_data
 import transformer.training.cache as data_cache
 from transformer.core.config import DataConfig, load_config
 from transformer.core.tokenizer import Tokenizer, train_tokenizer
+from transformer.training import token_store
 from transformer.training.corpus import DataError, ParallelFiles, ParallelText
 from transformer.training.multi30k import load_multi30k
 from transformer.training.ranks import Runtime
@@ -293,3 +295,77 @@ def test_a_marian_tokenizer_stores_each_side_with_its_own_model(tmp_path, worker
         assert store.src[i] == marian.hf(text=SRC[i], add_special_tokens=False).input_ids
         assert store.tgt[i] == marian.hf(text_target=TGT[i], add_special_tokens=False).input_ids
     assert store.tgt[1] != marian.encode(TGT[1])  # the source side would encode that target otherwise
+
+
+# ---------------------------------------------------------------- a shared or read-only cache, killed builds
+
+
+def test_a_cache_that_cannot_be_written_is_read_and_refuses_a_build_in_one_line(
+    tmp_path, tokenizer, monkeypatch
+):
+    """Another user's cache, or one on a read-only disk: its entries' locks cannot be opened for writing."""
+    data, runtime = (
+        DataConfig(cache_dir=str(tmp_path / "cache"), vocab_size=40),
+        Runtime(torch.device("cpu"), None),
+    )
+    files = write_pair(tmp_path, SRC, TGT)
+    model = data_cache.cached_tokenizer(files, files.fingerprint(), data)
+    store = data_cache.train_store(files, files.fingerprint(), tokenizer, data, runtime)
+
+    def refused(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(token_store, "_open_lock", refused)
+    assert data_cache.cached_tokenizer(files, files.fingerprint(), data) == model  # complete entries: read
+    assert data_cache.train_store(files, files.fingerprint(), tokenizer, data, runtime).folder == store.folder
+    other = DataConfig(cache_dir=data.cache_dir, vocab_size=41)  # an entry that is not there
+    with pytest.raises(
+        DataError, match=rf"the cache {tmp_path / 'cache'} cannot be written, and its entry tokenizer-"
+    ):
+        data_cache.cached_tokenizer(files, files.fingerprint(), other)
+    (tmp_path / "more").mkdir()
+    more = write_pair(tmp_path / "more", SRC[:-1], TGT[:-1])
+    with pytest.raises(
+        DataError, match=r"cannot be written, and its entry store-\w+ cannot be used \(no store yet\)"
+    ):
+        data_cache.train_store(more, more.fingerprint(), tokenizer, data, runtime)
+
+
+def test_the_tokenizer_entry_keeps_only_the_model_not_the_training_text(tmp_path):
+    in_memory = ParallelText(
+        SRC, TGT
+    )  # a hub or in-memory corpus: its sentences are written out to learn from
+    data = DataConfig(cache_dir=str(tmp_path / "cache"), vocab_size=40)
+    model = data_cache.cached_tokenizer(in_memory, "in-memory", data)
+    assert [p.name for p in model.parent.iterdir()] == ["tokenizer.model"]
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [
+        f".{model.parent.name}.lock",
+        model.parent.name,
+    ]
+
+
+def test_a_killed_build_leaves_nothing_once_the_next_build_runs(tmp_path, tokenizer):
+    import fcntl
+
+    data, runtime = DataConfig(cache_dir=str(tmp_path / "cache")), Runtime(torch.device("cpu"), None)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    killed = cache / ".store-0123abcd-x1y2z3"  # a build of another entry, killed: nobody holds its lock
+    building = cache / ".store-4567ef89-a1b2c3"  # a build going on in another process: it holds its lock
+    for partial in (killed, building):
+        partial.mkdir()
+        (partial / "src.bin").write_bytes(b"\0" * 1000)
+    lock = open(cache / ".store-4567ef89.lock", "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    files = write_pair(tmp_path, SRC, TGT)
+    store = data_cache.train_store(files, files.fingerprint(), tokenizer, data, runtime)
+    assert not killed.exists() and building.exists()
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    lock.close()
+    own = (
+        cache / f".{store.folder.name}-k9k9k9"
+    )  # this entry's own killed build: its lock is ours when building
+    own.mkdir()
+    shutil.rmtree(store.folder)
+    data_cache.train_store(files, files.fingerprint(), tokenizer, data, runtime)
+    assert not own.exists() and not building.exists()

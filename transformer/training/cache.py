@@ -29,6 +29,7 @@ from transformer.training.token_store import (
     cache_lock,
     open_store,
     publish,
+    remove_stale_partials,
 )
 from transformer.training.tokenizer_job import train_elsewhere
 
@@ -42,6 +43,14 @@ def cache_root(data: DataConfig) -> Path:
 
 def key_of(*parts) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
+
+
+def cannot_build(folder: Path, why: str) -> DataError:
+    """The error of a cache that cannot be written (another user's, a read-only disk) missing an entry."""
+    return DataError(
+        f"the cache {folder.parent} cannot be written, and its entry {folder.name} {why}: set data.cache_dir "
+        "to a folder you can write"
+    )
 
 
 def given_tokenizer(path: str) -> Path:
@@ -63,16 +72,23 @@ def cached_tokenizer(train: Split, fingerprint: str, data: DataConfig, log=print
     settings = (data.vocab_size, data.tokenizer_type, data.character_coverage, data.tokenizer_sample)
     folder = cache_root(data) / f"tokenizer-{key_of('tokenizer', fingerprint, *settings)}"
     model = folder / "tokenizer.model"
-    with cache_lock(folder):
+    with cache_lock(folder) as writable:
         if model.is_file():
             try:
                 Tokenizer(model)
                 return model
             except (ValueError, RuntimeError, OSError):
+                if not writable:
+                    raise cannot_build(folder, "cannot be read") from None
                 log(f"data: {model} cannot be read: training it again")
+        if not writable:
+            raise cannot_build(folder, "does not exist yet")
+        remove_stale_partials(folder.parent, folder.name)
         building = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
         try:
-            train_elsewhere(sentence_files(train, building), building / "tokenizer", *settings)
+            with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}-text-") as text:
+                train_elsewhere(sentence_files(train, Path(text)), building / "tokenizer", *settings)
+            (building / "tokenizer.vocab").unlink(missing_ok=True)  # later runs read the model alone
             publish(building, folder)
         finally:
             shutil.rmtree(building, ignore_errors=True)
@@ -115,9 +131,11 @@ def train_store(
     folder = cache_root(data) / f"store-{key_of('store', FORMAT, fingerprint, model_sha, *encoder)}"
     store = None
     if runtime.is_main:
-        with cache_lock(folder):
+        with cache_lock(folder) as writable:
             store, why = open_store(folder)
             if store is None:
+                if not writable:
+                    raise cannot_build(folder, f"cannot be used ({why})")
                 if folder.exists():
                     log(f"data: the store in {folder} cannot be used ({why}): building it again")
                 chunks = train.chunks(CHUNK_PAIRS)

@@ -295,8 +295,12 @@ def load_parallel_text(files: dict[str, tuple[str | Path, str | Path]]) -> Corpu
     return corpus
 
 
-def load_hub_dataset(name: str, config: str | None, src_lang: str, tgt_lang: str, **kwargs) -> Corpus:
-    """A Hugging Face hub translation dataset: ``load_hub_dataset("wmt14", "de-en", "de", "en")``.
+def load_hub_dataset(
+    name: str, config: str | None, src_lang: str, tgt_lang: str, split: str | None = None, **kwargs
+) -> Corpus:
+    """A Hugging Face hub translation dataset: ``load_hub_dataset("wmt14", "de-en", "de", "en")``;
+    with ``split``, that split alone is prepared (a test set of a corpus whose training split is millions
+    of pairs).
 
     ``kwargs`` go to ``datasets.load_dataset`` (e.g. ``cache_dir``, ``data_files``); ``name`` may also be
     a builder such as "json" or "parquet" for local files. Only the ``translation`` column is read.
@@ -307,10 +311,18 @@ def load_hub_dataset(name: str, config: str | None, src_lang: str, tgt_lang: str
         raise DataError('data.dataset=hub needs the datasets package: pip install -e ".[hub]"') from None
 
     try:
-        dataset = datasets.load_dataset(name, config, **kwargs)
-    except (OSError, ValueError, ConnectionError) as error:  # not found, an unknown config, no network
+        dataset = datasets.load_dataset(name, config, **({"split": split} if split else {}), **kwargs)
+    except (
+        OSError,
+        ValueError,
+        ConnectionError,
+    ) as error:  # not found, an unknown config or split, no network
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if split and "split" in first.lower():
+            raise DataError(f"no split {split!r}: {first}") from None
         raise DataError(f"hub dataset {name} ({config or 'no config'}) cannot be loaded: {first}") from None
+    if split:
+        dataset = {split: dataset}
     corpus = {}
     for split, ds in dataset.items():
         if "translation" not in ds.column_names:

@@ -22,6 +22,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -162,19 +163,60 @@ def _encoded(chunks: Iterable, tokenizer_bytes: bytes, workers: int) -> Iterator
         yield from pool.imap(_encode_chunk, chunks)
 
 
+def _open_lock(path: Path):
+    return open(path, "a")
+
+
 @contextlib.contextmanager
-def cache_lock(folder: Path) -> Iterator[None]:
+def cache_lock(folder: Path) -> Iterator[bool]:
     """Hold ``<folder>.lock`` while checking and building ``folder``: a second process that wants the same
-    entry waits for the first one's, then opens it (no lock where the platform has no ``fcntl``)."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f".{folder.name}.lock", "a") as lock:
+    entry waits for the first one's, then opens it (no lock where the platform has no ``fcntl``). Yields
+    whether this process may build the entry: False in a cache it cannot write (another user's, or on a
+    read-only disk), where a complete entry is still read, without the lock (a published entry never
+    changes)."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        lock = _open_lock(folder.parent / f".{folder.name}.lock")
+    except OSError:
+        yield False
+        return
+    with lock:
         if fcntl is not None:
             fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            yield
+            yield True
         finally:
             if fcntl is not None:
                 fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+PARTIAL = re.compile(r"\.((?:store|tokenizer)-[0-9a-f]+)-")  # .<entry>-<random>: an entry being built
+
+
+def remove_stale_partials(cache: Path, building_entry: str) -> None:
+    """Delete the partial folders of builds that were killed: those of ``building_entry`` (whose lock the
+    caller holds, so nobody else builds it) and those of any entry whose lock no live process holds."""
+    for partial in cache.glob(".*-*"):
+        match = PARTIAL.match(partial.name)
+        if not partial.is_dir() or match is None:
+            continue
+        entry = match.group(1)
+        if entry != building_entry and not _unheld(cache / f".{entry}.lock"):
+            continue  # another process is building that entry now
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+def _unheld(lock_path: Path) -> bool:
+    """Whether no process holds this entry's lock (taken and given back at once to find out)."""
+    if fcntl is None:
+        return False
+    try:
+        with _open_lock(lock_path) as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            return True
+    except OSError:
+        return False
 
 
 def publish(building: Path, folder: Path) -> None:
@@ -198,6 +240,7 @@ def build_store(
     the caller holds ``cache_lock(folder)``)."""
     dtype = np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
     folder.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(folder.parent, folder.name)
     building = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
         files = {name: open(building / name, "wb") for name in FILES}
