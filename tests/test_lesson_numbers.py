@@ -262,3 +262,11 @@ def test_no_batch_built_from_the_validation_set_has_a_fully_masked_row(tiny_chec
         assert padding_mask(batch.src, 0).expand(B, 1, T, S).any(-1).all()
     assert sum(len(b) for b in batches) == len(src_ids)
     assert torch.equal(collate([([], [])], [0], 0, 2, 3).src, torch.tensor([[3]]))  # the empty line: its EOS
+
+
+def test_multihead_attention_gives_a_fully_padded_sentence_nan_or_zeros_by_path_and_shape():
+    """The doc's claim about nn.MultiheadAttention, pinned on this PyTorch: no path is zeros everywhere."""
+    paths = masking.fully_masked_row().numbers["module paths"]
+    fast, quiet, loud = "fast (no_grad)", "general, need_weights=False", "general, need_weights=True"
+    assert [paths[shape][fast] for shape in paths] == ["zeros", "NaN", "NaN", "NaN"]
+    assert all(found[quiet] == "zeros" and found[loud] == "NaN" for found in paths.values())

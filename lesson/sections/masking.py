@@ -122,7 +122,38 @@ def fully_masked_row() -> Section:
         row = torch.softmax(torch.tensor([0.0, smallest, smallest], dtype=dtype), -1)
         s.say(f"{str(dtype):<15} minimum {smallest:.3e}: softmax(0, min, min) = {row.tolist()}")
     s.numbers.update({name: row.tolist() for name, row in results.items()})
+    s.say("nn.MultiheadAttention, a sentence whose keys are all padding (key_padding_mask), by path:")
+    s.numbers["module paths"] = {}
+    for shape in ((4, 1, 5), (16, 4, 5), (64, 8, 7), (512, 8, 12)):
+        found = {path: module_row(*shape, **how) for path, how in MODULE_PATHS.items()}
+        s.numbers["module paths"][shape] = found
+        s.say(
+            f"  (D, H, T) = {str(shape):<13} " + "   ".join(f"{path}: {what}" for path, what in found.items())
+        )
     return s
+
+
+# nn.MultiheadAttention's paths: the fast one runs in eval mode under no_grad for self-attention without
+# weights; the general one otherwise
+MODULE_PATHS = {
+    "fast (no_grad)": {"grad": False, "need_weights": False},
+    "general, need_weights=False": {"grad": True, "need_weights": False},
+    "general, need_weights=True": {"grad": True, "need_weights": True},
+}
+
+
+def module_row(D: int, H: int, T: int, grad: bool, need_weights: bool) -> str:
+    """What ``nn.MultiheadAttention`` (eval mode, self-attention) returns for a sentence whose keys are all
+    padding: "NaN", "zeros" or "other"."""
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(D, H, batch_first=True).eval()
+    x = torch.randn(2, T, D)
+    padding = torch.zeros(2, T, dtype=torch.bool)
+    padding[1] = True  # True = a padding key, in this module's convention
+    with torch.set_grad_enabled(grad):
+        out, _ = mha(x, x, x, key_padding_mask=padding, need_weights=need_weights)
+    row = out[1]
+    return "NaN" if row.isnan().any() else "zeros" if bool((row == 0).all()) else "other"
 
 
 def conventions() -> Section:
