@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ["tests/test_attention.py", "tests/test_stacks.py", "tests/test_lesson_numbers.py"]
+TESTS = ["tests/test_attention.py", "tests/test_stacks.py"]  # the tests of the attention code itself
 CAUSAL_ENCODER = (
     "        src_mask = torch.ones(x.size(1), x.size(1), dtype=torch.bool, device=x.device).tril() & (\n"
     "            True if src_mask is None else src_mask)  # MISTAKE: a causal encoder\n"
@@ -94,28 +94,57 @@ def mutate(copy: Path, name: str) -> None:
     (copy / path).write_text(text.replace(old, new), encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tests", nargs="+", default=TESTS, help="the test files to run on each copy")
-    parser.add_argument("--only", nargs="+", choices=list(MUTATIONS), help="only these mistakes")
-    args = parser.parse_args(argv)
-    uncaught = []
-    for name in [None, *(args.only or MUTATIONS)]:
+def run_mutations(tests: list[str], only: list[str] | None = None) -> dict[str, list[str]]:
+    """Each mistake's failing tests (test ids), after a run with no mistake that must pass; printed."""
+    results = {}
+    for name in [None, *(only or MUTATIONS)]:
         with tempfile.TemporaryDirectory() as folder:
             copy = Path(folder)
             copy_checkout(copy)
             if name:
                 mutate(copy, name)
             start = time.perf_counter()
-            failed, summary = failing_tests(copy, args.tests)
+            failed, summary = failing_tests(copy, tests)
         label = name or "(no mistake)"
         print(f"{label:<26} {len(failed):3d} tests fail  [{summary}]  {time.perf_counter() - start:.0f} s")
         for test in failed[:4]:
             print(f"{'':<26}   {test}")
         if name is None and failed:
             raise SystemExit("error: the tests fail without any mistake patched in")
-        if name and not failed:
-            uncaught.append(name)
+        if name:
+            results[name] = failed
+    return results
+
+
+DOC_BLOCK = re.compile(r"(<!-- mutations -->\n```text\n)(.*?)(```\n<!-- /mutations -->)", re.S)
+
+
+def doc_block(results: dict[str, list[str]], tests: list[str]) -> str:
+    """The doc's table of which test files catch each mistake, from ``run_mutations``."""
+    lines = [f"mistake patched in            test files that fail (of {', '.join(tests)})"]
+    for name, failed in results.items():
+        files = sorted({test.split("::")[0] for test in failed})
+        counts = ", ".join(f"{f} ({sum(t.startswith(f + '::') for t in failed)})" for f in files)
+        lines.append(f"{name:<29} {counts or 'NONE: not caught'}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tests", nargs="+", default=TESTS, help="the test files to run on each copy")
+    parser.add_argument("--only", nargs="+", choices=list(MUTATIONS), help="only these mistakes")
+    parser.add_argument(
+        "--write-doc", metavar="MD", help="write the table of the catching tests into this doc"
+    )
+    args = parser.parse_args(argv)
+    results = run_mutations(args.tests, args.only)
+    if args.write_doc:
+        doc = Path(args.write_doc)
+        text = DOC_BLOCK.sub(
+            lambda m: m.group(1) + doc_block(results, args.tests) + m.group(3), doc.read_text()
+        )
+        doc.write_text(text, encoding="utf-8")
+    uncaught = [name for name, failed in results.items() if not failed]
     if uncaught:
         print(f"NOT CAUGHT: {', '.join(uncaught)}")
     return int(bool(uncaught))
