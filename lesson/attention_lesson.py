@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))  # the PyTorch oracle
-from sections import equation, heads, masking, pitfalls, scaling  # noqa: E402
+from sections import equation, heads, masking, pitfalls, properties, scaling  # noqa: E402
 from sections.section import Section  # noqa: E402
 
 PART_A = [
@@ -29,7 +29,9 @@ PART_A = [
 PART_B = [
     equation.quick_checks, heads.cost, scaling.variance_seeded, scaling.saturation, scaling.saturation_bound,
     scaling.many_keys, scaling.backward, masking.fully_masked_row, masking.conventions, masking.batch_masks,
-    heads.cross_shapes, heads.permutation, masking.positions, equation.worked_example,
+    heads.cross_shapes, heads.permutation, masking.positions, equation.worked_example, properties.low_rank,
+    properties.correlated_scale, properties.rows_not_columns, properties.memory_cost,
+    properties.encoder_permutation, properties.jacobian_sign, properties.recall_card,
 ]  # fmt: skip
 PARTS = {"A. §3.2 of the paper, step by step": PART_A, "B. the properties behind it": PART_B}
 BLOCK = re.compile(r"(<!-- lesson:(\w+) -->\n```text\n)(.*?)(```\n<!-- /lesson -->)", re.S)

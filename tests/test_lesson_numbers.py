@@ -13,7 +13,7 @@ from conftest import DATA_DIR, ROOT, needs_data
 
 sys.path.insert(0, str(ROOT / "lesson"))
 import attention_lesson  # noqa: E402
-from sections import equation, heads, masking, pitfalls, scaling  # noqa: E402
+from sections import equation, heads, masking, pitfalls, properties, scaling  # noqa: E402
 
 from transformer.core.batches import collate, make_batches  # noqa: E402
 from transformer.core.masks import decoder_self_mask, padding_mask  # noqa: E402
@@ -270,3 +270,20 @@ def test_multihead_attention_gives_a_fully_padded_sentence_nan_or_zeros_by_path_
     fast, quiet, loud = "fast (no_grad)", "general, need_weights=False", "general, need_weights=True"
     assert [paths[shape][fast] for shape in paths] == ["zeros", "NaN", "NaN", "NaN"]
     assert all(found[quiet] == "zeros" and found[loud] == "NaN" for found in paths.values())
+
+
+def test_the_source_texts_remaining_points():
+    """Low rank, μP's scale, rows not columns, memory, a whole encoder's symmetry, the Jacobian, the card."""
+    assert properties.low_rank().numbers["ranks"] == {2: 2, 4: 4, 8: 8, 16: 12}  # min(d_k, T)
+    means = properties.correlated_scale().numbers["means"]
+    assert [round(means[d][0]) for d in (16, 64, 256)] == [4, 8, 16]  # the texts' ≈ 4 / 8 / 16
+    assert all(abs(means[d][1] - 1.0) < 0.01 for d in means)  # 1/d_k: near 1
+    rows = properties.rows_not_columns().numbers
+    assert rows["rows"] == pytest.approx([1.0] * 4) and max(abs(c - 1.0) for c in rows["columns"]) > 0.3
+    sizes = properties.memory_cost().numbers["bytes"]
+    assert sizes[512] == 16 * sizes[128] and sizes[8192] == 2**31  # T²: 4x the length, 16x the bytes
+    symmetry = properties.encoder_permutation().numbers
+    assert symmetry["equivariant"] < 1e-12 and symmetry["invariant"] < 1e-12
+    eigenvalues = properties.jacobian_sign().numbers["eigenvalues"]
+    assert min(eigenvalues) > -1e-12 and sorted(eigenvalues)[0] == pytest.approx(0.0, abs=1e-12)
+    assert properties.recall_card().numbers["weights"] == pytest.approx([0.25, 0.75])
