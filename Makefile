@@ -15,7 +15,7 @@ help:
 	@echo "make train   set up .venv, fetch Multi30k, train CONFIG into RUN_DIR and print test BLEU"
 	@echo "make test    set up .venv, fetch Multi30k, run the whole test suite (pytest)"
 	@echo "make data    fetch Multi30k into data/multi30k and check its SHA-256 sums (or check DATA_DIR)"
-	@echo "make setup   create .venv with torch 2.13.0 and the package (extras dev, hf, hub, int8)"
+	@echo "make setup   create .venv with torch 2.13.0 and the package (extras dev, hf, hub, int8, serve)"
 	@echo "make lint    ruff check and ruff format --check"
 	@echo "make clean   remove .venv, runs/ and caches (not data/)"
 	@echo
@@ -34,7 +34,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev,hf,hub,int8]"
+	$(PY) -m pip install --quiet -e ".[dev,hf,hub,int8,serve]"
 	touch $@
 
 setup: $(VENV)/.installed

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = sorted((ROOT / "transformer").rglob("*.py")) + [ROOT / "train.py", ROOT / "translate.py"]
+SCRIPTS = [ROOT / "train.py", ROOT / "translate.py", ROOT / "serve.py"]
+SOURCES = sorted((ROOT / "transformer").rglob("*.py")) + SCRIPTS
 HISTORY = {
     "a date": r"\b20\d\d-[01]\d-[0-3]\d\b",
     "a commit id": r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b",
@@ -24,6 +25,7 @@ COMMANDS = {
     "translate.py --help": [sys.executable, "translate.py", "--help"],
     "averaging --help": [sys.executable, "-m", "transformer.training.averaging", "--help"],
     "multi30k --help": [sys.executable, "-m", "transformer.training.multi30k", "--help"],
+    "serve.py --help": [sys.executable, "serve.py", "--help"],
 }
 
 

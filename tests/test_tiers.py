@@ -1,4 +1,4 @@
-"""The package's tiers, read from every module's imports: core, then training, then inference, then interop;
+"""The package's tiers, read from every module's imports: core, training, inference, interop, serving;
 each module imports only from its own tier and the ones before it, ``interop/`` only through the one door
 (``training/model_formats.py``, when a released model is met), and no modules import each other in a loop.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "transformer"
-TIERS = ("core", "training", "inference", "interop")
+TIERS = ("core", "training", "inference", "interop", "serving")
 DOOR = "transformer.training.model_formats"  # the one module that imports interop/ (lazily)
 CORE_LINES = 2500
 

@@ -17,8 +17,10 @@ ZIP_SIGNATURE = b"PK\x03\x04"  # a Marian tokenizer's bytes are a zip; ours are 
 
 
 def is_released(path: str | Path) -> bool:
-    """``hf:NAME``, or a folder (our checkpoints are files)."""
-    return str(path).startswith(HUB_PREFIX) or Path(path).is_dir()
+    """``hf:NAME``, or a folder that is not a run folder (our checkpoints are files)."""
+    return str(path).startswith(HUB_PREFIX) or (
+        Path(path).is_dir() and not (Path(path) / "best.pt").is_file()
+    )
 
 
 def read_tokenizer(data: bytes):
@@ -41,10 +43,13 @@ def load_released(path: str | Path, device="cpu"):
 
 
 def load_model(path: str | Path, device="cpu"):
-    """Any model ``translate.py --checkpoint`` takes: a released one, or a checkpoint of ours (whose
-    tokenizer may be a Marian model's) -> (model in eval mode on ``device``, tokenizer, config)."""
+    """Any model ``translate.py --checkpoint`` takes: a released one, a checkpoint of ours (whose tokenizer
+    may be a Marian model's), or a run folder (its best.pt) -> (model in eval mode on ``device``, tokenizer,
+    config)."""
     from transformer.core.checkpoint import load_for_inference  # torch: not for a tokenizing process
 
     if is_released(path):
         return load_released(path, device)
+    if Path(path).is_dir():  # a run folder
+        path = Path(path) / "best.pt"
     return load_for_inference(path, device, read_tokenizer)
