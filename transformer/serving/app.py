@@ -102,7 +102,7 @@ class _TooLarge(Exception):
 
 def create_app(
     checkpoint: str, device: str = "cpu", precision: str = "auto", api_key: str | None = None,
-    limits: Limits | None = None, max_wait_ms: float = 5.0, max_tokens: int = 4000,
+    limits: Limits | None = None, max_wait_ms: float = 25.0, max_tokens: int = 8000,
 ) -> FastAPI:  # fmt: skip
     """The app for one model. The model is loaded when the app starts, in the worker thread that decodes."""
     limits = limits or Limits()

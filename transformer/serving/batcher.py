@@ -45,7 +45,7 @@ class Batcher:
     """The worker thread and its queue. ``start`` builds the translator in the worker (``make``: a function
     that returns it) and waits until it is ready; ``stop`` lets the queued jobs finish, then ends it."""
 
-    def __init__(self, make: Callable[[], Translator], max_wait_ms: float = 5.0, max_tokens: int = 4000):
+    def __init__(self, make: Callable[[], Translator], max_wait_ms: float = 25.0, max_tokens: int = 8000):
         self.make, self.max_wait, self.max_tokens = make, max_wait_ms / 1000.0, max_tokens
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.translator: Translator | None = None
