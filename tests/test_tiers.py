@@ -149,3 +149,9 @@ def test_the_core_imports_without_the_other_tiers_and_their_extras():
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_bench_holds_only_scripts_whose_figures_the_benchmarks_page_names():
+    page = (ROOT / "docs" / "benchmarks.md").read_text("utf-8")
+    unnamed = [p.name for p in sorted((ROOT / "bench").iterdir()) if p.is_file() and p.name not in page]
+    assert unnamed == [], "docs/benchmarks.md names no command of these bench/ scripts"
