@@ -161,8 +161,10 @@ def test_attention_holds_every_layer_and_head_with_its_pieces(server):
     assert all(abs(sum(row) - 1.0) < 1e-3 for layer in cross for head in layer for row in head)
 
 
-def test_health_and_the_model_description(server):
+def test_health_the_model_description_and_the_openapi_schema(server):
     assert server.request("GET", "/health") == (200, {"status": "ok"})
+    status, schema = server.request("GET", "/openapi.json")
+    assert status == 200 and "/translate" in schema["paths"] and "TranslateRequest" in json.dumps(schema)
     status, model = server.request("GET", "/model")
     assert status == 200 and (model["source_language"], model["target_language"]) == ("de", "en")
     assert (
@@ -235,7 +237,8 @@ def test_an_api_key_guards_every_route_but_health(tiny_checkpoint):
     try:
         assert guarded.request("GET", "/health")[0] == 200
         routes = [("POST", "/translate", {"texts": ["x"]}), ("GET", "/model", None), ("GET", "/", None),
-                  ("GET", "/static/page.js", None)]  # fmt: skip
+                  ("GET", "/static/page.js", None), ("GET", "/openapi.json", None),
+                  ("GET", "/docs", None)]  # fmt: skip
         for method, path, body in routes:
             assert guarded.request(method, path, body)[0] == 401
             assert guarded.request(method, path, body, {"Authorization": "Bearer wrong"})[0] == 401

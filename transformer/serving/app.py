@@ -13,6 +13,7 @@ from pathlib import Path
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, JSONResponse
 
 from transformer.inference.translator import Translator
@@ -117,7 +118,9 @@ def create_app(
         yield
         await asyncio.to_thread(batcher.stop)  # the requests in flight are answered first
 
-    app = FastAPI(title="transformer-mt translation service", lifespan=lifespan)
+    # the OpenAPI schema and its page are routes of their own below, behind the API key like the rest
+    title = "transformer-mt translation service"
+    app = FastAPI(title=title, lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.batcher = batcher
     TranslateRequest = request_model(limits)
 
@@ -156,6 +159,14 @@ def create_app(
     @app.get("/", dependencies=[Depends(authorized)], include_in_schema=False)
     async def page():
         return FileResponse(STATIC / "index.html")
+
+    @app.get("/openapi.json", dependencies=[Depends(authorized)], include_in_schema=False)
+    async def openapi() -> dict:
+        return app.openapi()
+
+    @app.get("/docs", dependencies=[Depends(authorized)], include_in_schema=False)
+    async def docs():  # Swagger UI, its script from its CDN: the one page here that needs the network
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=app.title)
 
     @app.get("/static/{name}", dependencies=[Depends(authorized)], include_in_schema=False)
     async def static(name: str):
