@@ -26,9 +26,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, auto")
     parser.add_argument("--precision", default="auto", help="auto, fp32, bf16, fp16, int8, int8-bf16")
     parser.add_argument("--api-key-env", metavar="NAME", help="require Authorization: Bearer $NAME")
-    parser.add_argument(
-        "--max-wait-ms", type=float, default=25.0, help="how long a batch waits for more requests"
-    )
+    parser.add_argument("--max-wait-ms", type=float, default=25.0,
+                        help="how long a batch waits for the next request (4x at most)")  # fmt: skip
     parser.add_argument(
         "--max-tokens", type=int, default=8000, help="source tokens that close a batch at once"
     )

@@ -33,14 +33,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def post(port: int, texts: list[str]) -> list[dict]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    connection.request(
-        "POST", "/translate", json.dumps({"texts": texts}), {"Content-Type": "application/json"}
-    )
+def post(port: int, texts: list[str], connection: http.client.HTTPConnection | None = None) -> list[dict]:
+    """POST /translate, on ``connection`` (kept alive between a client's requests) or a new one."""
+    own = connection is None
+    connection = connection or http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    body = json.dumps({"texts": texts})
+    connection.request("POST", "/translate", body, {"Content-Type": "application/json"})
     response = connection.getresponse()
     body = json.loads(response.read())
-    connection.close()
+    if own:
+        connection.close()
     if response.status != 200:
         raise RuntimeError(f"HTTP {response.status}: {body}")
     return body["translations"]
@@ -68,13 +70,14 @@ def load(port: int, sentences: list[str], clients: int, max_seconds: float):
     deadline = time.monotonic() + max_seconds
 
     def client() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)  # kept alive, as clients do
         while time.monotonic() < deadline:
             with lock:
                 i = next(next_index, None)
             if i is None:
-                return
+                return connection.close()
             start = time.perf_counter()
-            text = post(port, [sentences[i]])[0]["text"]
+            text = post(port, [sentences[i]], connection)[0]["text"]
             with lock:
                 latencies.append(time.perf_counter() - start)
                 answers.setdefault(i, []).append(text)

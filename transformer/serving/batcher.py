@@ -1,8 +1,9 @@
 """Dynamic batching: one worker thread owns the ``Translator`` and decodes what the requests queued together.
 
     request threads / event loop          worker thread (built the Translator, decodes)
-    submit(job) -> Future  ──queue──▶     wait for a first job, then gather more for up to ``max_wait_ms``
-                                          or until ``max_tokens`` source tokens; group the jobs by their
+    submit(job) -> Future  ──queue──▶     wait for a first job, then gather more while they come
+                                          (each within ``max_wait_ms`` of the last) or until
+                                          ``max_tokens`` source tokens; group the jobs by their
     await the Future       ◀──results──   decoding options; one translate_ids call per group; each job
                                           gets its own lines back, in order
 
@@ -39,6 +40,9 @@ class Job:
     def group(self) -> tuple:
         """Jobs with the same key are decoded in one call."""
         return self.beam, self.nbest, self.with_scores
+
+
+WAITS = 4  # a batch that keeps growing closes after this many max_wait at most
 
 
 class Batcher:
@@ -80,13 +84,14 @@ class Batcher:
             self._decode(batch)
 
     def _gather(self) -> list[Job] | None:
-        """The next batch: a first job, then whatever arrives within ``max_wait`` while the source tokens
-        stay under ``max_tokens`` (counted as characters / 4, before tokenizing). None: stop."""
+        """The next batch: a first job, then more for as long as they keep coming, each within ``max_wait``
+        of the last (at most ``WAITS`` times ``max_wait`` in all), while the source tokens stay under
+        ``max_tokens`` (counted as characters / 4, before tokenizing). None: stop."""
         first = self.jobs.get()
         if first is None:
             return None
-        batch, size, deadline = [first], _size(first), time.monotonic() + self.max_wait
-        while size < self.max_tokens and (left := deadline - time.monotonic()) > 0:
+        batch, size, deadline = [first], _size(first), time.monotonic() + WAITS * self.max_wait
+        while size < self.max_tokens and (left := min(self.max_wait, deadline - time.monotonic())) > 0:
             try:
                 job = self.jobs.get(timeout=left)
             except queue.Empty:
