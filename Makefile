@@ -17,7 +17,7 @@ help:
 	@echo "make data    fetch Multi30k into data/multi30k and check its SHA-256 sums (or check DATA_DIR)"
 	@echo "make setup   create .venv with torch 2.13.0 and the package (extras dev, hf, hub, int8, serve)"
 	@echo "make lint    ruff check and ruff format --check"
-	@echo "make clean   remove .venv, runs/ and caches (not data/)"
+	@echo "make clean   remove .venv, runs/ and the token cache (\$$TRANSFORMER_MT_CACHE, else ~/.cache/transformer-mt)"
 	@echo
 	@echo "variables: CONFIG=$(CONFIG)  RUN_DIR=$(RUN_DIR)  TRAIN_FLAGS=--overwrite|--resume"
 	@echo "           DATA_DIR=folder with the Multi30k files (else \$$MULTI30K_DIR, else data/multi30k;"
@@ -51,5 +51,8 @@ test: data
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
+# The token cache: data.cache_dir of a config, else $TRANSFORMER_MT_CACHE, else $XDG_CACHE_HOME/transformer-mt.
+CACHE_DIR := $(or $(TRANSFORMER_MT_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/transformer-mt)
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache "$(CACHE_DIR)"

@@ -40,14 +40,17 @@ from transformer.training.prefetch import prefetch
 from transformer.training.run import Run, TrainingError, check_finite, save, setup
 from transformer.training.run_folder import RunFolderError, keep_step_checkpoint, write_results
 from transformer.training.splits import lengths_of
+from transformer.training.usage import UsageParser
 from transformer.training.validation import score_other_test_sets, translate_and_score, validate
 
 STOP_REASONS = (None, "max_steps", "max_epochs", "max_minutes", "patience")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="YAML file in configs/")
+    parser = UsageParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--config", required=True, help="a YAML file, or the name of one in configs/ (e.g. tiny)"
+    )
     parser.add_argument("--run-dir", default=None, help="output folder (default runs/<config name>)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     fresh_or_not = parser.add_mutually_exclusive_group()

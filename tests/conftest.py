@@ -1,14 +1,25 @@
 """Shared test helpers: deterministic seeds, the PyTorch reference modules with our weights copied in,
 and a tiny checkpoint trained once per session."""
 
+import atexit
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 from transformer.training import multi30k
+
+
+# The token cache of the whole session (and of the train.py runs it starts) in one temporary folder, so that
+# the tests neither read nor fill the user's own cache; $TRANSFORMER_MT_CACHE given to pytest is kept.
+if not os.environ.get("TRANSFORMER_MT_CACHE"):
+    os.environ["TRANSFORMER_MT_CACHE"] = tempfile.mkdtemp(prefix="transformer-mt-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["TRANSFORMER_MT_CACHE"], ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"  # the project's configs, found by name
+
 
 class ConfigError(ValueError):
     """A configuration file or override is invalid; the message names the key."""
@@ -72,13 +74,19 @@ class DataConfig:
     data_dir: str | None = None  # local Multi30k mirror; else $MULTI30K_DIR; else download
     hub_name: str | None = None  # dataset == "hub": e.g. "wmt14"
     hub_config: str | None = None  # e.g. "de-en"
-    text_prefix: str | None = None  # dataset == "text": files <prefix>.<split>.<lang>
+    text_prefix: str | None = None  # dataset == "text": <prefix>.{train,valid|dev|val,test}.<lang>[.gz]
+    train_prefix: str | None = None  # the training files <prefix>.<lang>[.gz], instead of text_prefix's
+    valid_prefix: str | None = None  # the validation files <prefix>.<lang>[.gz], instead of text_prefix's
+    test_prefix: str | None = None  # the test files <prefix>.<lang>[.gz], instead of text_prefix's
+    valid_size: int = 0  # a corpus with no validation split: carve this many pairs off the training split
+    test_size: int = 0  # a corpus with no test split: carve this many pairs off the training split
+    split_seed: int = 1  # which pairs valid_size and test_size carve off (the same for every run)
     vocab_size: int = 8000  # joint SentencePiece vocabulary
     tokenizer_type: str = "bpe"  # "bpe" or "unigram"
     tokenizer: str | None = None  # a SentencePiece .model to use instead of training one (ids 0-3 as ours)
     tokenizer_sample: int = 2_000_000  # sentences (sampled at random) SentencePiece learns from
     character_coverage: float = 1.0  # SentencePiece: share of characters covered (e.g. 0.9995 for CJK)
-    cache_dir: str | None = None  # tokenizers and token stores; None: data/cache in the checkout
+    cache_dir: str | None = None  # None: $TRANSFORMER_MT_CACHE, else $XDG_CACHE_HOME/transformer-mt
     workers: int = -1  # tokenizing processes; -1: one per CPU core for a corpus over 32 MB, else none
     max_tokens: int = 4000  # padded source + target tokens per batch
     max_len: int = 128  # cleaning: drop training pairs with a side longer than this (in tokens)
@@ -95,6 +103,9 @@ class DataConfig:
         for name in ("vocab_size", "max_tokens", "max_len", "tokenizer_sample"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"data.{name}={getattr(self, name)} must be >= 1")
+        for name in ("valid_size", "test_size"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"data.{name}={getattr(self, name)} must be >= 0 (0 = carve nothing)")
         if not 0.0 < self.character_coverage <= 1.0:
             raise ConfigError(f"data.character_coverage={self.character_coverage} must be in (0, 1]")
         if self.max_ratio < 0.0 or 0.0 < self.max_ratio < 1.0:
@@ -296,11 +307,24 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return section, key, yaml.safe_load(raw) if raw.strip() else None
 
 
+def find_config(name: str | Path) -> Path:
+    """A config's file: ``name`` as a path (from the current folder), else configs/<name>.yaml of the
+    project ("tiny" is configs/tiny.yaml, from any folder)."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    shipped = CONFIGS / (path.name if path.suffix == ".yaml" else f"{path.name}.yaml")
+    if path.parent == Path(".") and shipped.is_file():
+        return shipped
+    names = ", ".join(sorted(p.stem for p in CONFIGS.glob("*.yaml")))
+    raise ConfigError(f"no config {name}: neither a file nor one of the project's configs ({names})")
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
-    """YAML file (overrides of the defaults) + dotted overrides -> Config."""
+    """YAML file (overrides of the defaults; a path or a name, see ``find_config``) + dotted overrides."""
     values: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
+        path = find_config(path)
         try:
             values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except OSError as error:

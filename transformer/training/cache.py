@@ -1,6 +1,6 @@
 """Where a run's tokenizer and training ids come from: made once, kept in ``data.cache_dir``, reused.
 
-    data.cache_dir (default: data/cache in the checkout)
+    data.cache_dir, else $TRANSFORMER_MT_CACHE, else $XDG_CACHE_HOME/transformer-mt (~/.cache/transformer-mt)
       tokenizer-<key>/tokenizer.model   key: the training files' SHA-256 and the tokenizer settings
       store-<key>/                      key: the training files' SHA-256 and the tokenizer's own SHA-256
 
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from transformer.core.config import DataConfig
 from transformer.core.tokenizer import Tokenizer
+from transformer.training.carving import Carved
 from transformer.training.corpus import DataError, ParallelArrow, ParallelFiles, Split
 from transformer.training.ranks import Runtime
 from transformer.training.token_store import (
@@ -33,12 +34,18 @@ from transformer.training.token_store import (
 )
 from transformer.training.tokenizer_job import train_elsewhere
 
-ROOT = Path(__file__).resolve().parents[2]
+CACHE_VARIABLE = "TRANSFORMER_MT_CACHE"  # moves the default cache (data.cache_dir still wins)
 AUTO_WORKERS_BYTES = 32 << 20  # a corpus smaller than this is tokenized in the training process
 
 
 def cache_root(data: DataConfig) -> Path:
-    return Path(data.cache_dir).expanduser() if data.cache_dir else ROOT / "data" / "cache"
+    """The cache folder: ``data.cache_dir``, else $TRANSFORMER_MT_CACHE, else the user's cache folder
+    ($XDG_CACHE_HOME, by default ~/.cache) / transformer-mt; never inside the checkout."""
+    if data.cache_dir:
+        return Path(data.cache_dir).expanduser()
+    if os.environ.get(CACHE_VARIABLE):
+        return Path(os.environ[CACHE_VARIABLE]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "transformer-mt"
 
 
 def key_of(*parts) -> str:
@@ -109,6 +116,8 @@ def sentence_files(train: Split, folder: Path) -> list[Path]:
 def workers_for(train: Split, data: DataConfig) -> int:
     if data.workers >= 0:
         return data.workers
+    if isinstance(train, Carved):
+        train = train.source  # a few pairs fewer: the same choice
     if isinstance(train, ParallelFiles):
         size = train.src_path.stat().st_size + train.tgt_path.stat().st_size
     elif isinstance(train, ParallelArrow):

@@ -2,7 +2,10 @@
 extra test sets of ``eval.test_sets``: each a ``Corpus`` of named splits.
 """
 
+from pathlib import Path
+
 from transformer.core.config import DataConfig
+from transformer.training.carving import SIZE_KEYS, carve_missing_splits
 from transformer.training.corpus import (
     SPLITS,
     Corpus,
@@ -14,7 +17,9 @@ from transformer.training.corpus import (
 )
 from transformer.training.multi30k import load_multi30k
 
-TEXT_FILES = {"train": "train", "validation": "valid", "test": "test"}  # <text_prefix>.<stem>.<lang>
+# data.text_prefix: <prefix>.<name>.<lang>, plain or .gz, under any of a split's names
+TEXT_NAMES = {"train": ("train",), "validation": ("valid", "dev", "val", "validation"), "test": ("test",)}
+PREFIX_KEYS = {"train": "train_prefix", "validation": "valid_prefix", "test": "test_prefix"}
 
 
 HUB_TEST_SET = "hub:"  # eval.test_sets value hub:NAME[:CONFIG]:SPLIT, e.g. hub:wmt14:de-en:validation
@@ -42,7 +47,8 @@ def load_test_sets(test_sets: dict[str, str], data: DataConfig) -> Corpus:
 
 
 def load_corpus(data: DataConfig) -> Corpus:
-    """The configured corpus (``data.dataset``) with its train / validation / test splits."""
+    """The configured corpus (``data.dataset``) with its train / validation / test splits; a split it lacks
+    is carved off the training split when ``data.valid_size`` / ``data.test_size`` say so."""
     if data.dataset == "multi30k":
         corpus = load_multi30k(data.src_lang, data.tgt_lang, data.data_dir)
     elif data.dataset == "hub":
@@ -50,18 +56,61 @@ def load_corpus(data: DataConfig) -> Corpus:
             raise DataError("data.dataset=hub needs data.hub_name (e.g. wmt14) and data.hub_config (de-en)")
         corpus = load_hub_dataset(data.hub_name, data.hub_config, data.src_lang, data.tgt_lang)
     else:
-        if not data.text_prefix:
-            raise DataError("data.dataset=text needs data.text_prefix: files <prefix>.<split>.<lang>")
         if data.src_lang == data.tgt_lang:
             raise DataError(f"src_lang and tgt_lang are both {data.src_lang!r}")
-        files = {
-            split: tuple(f"{data.text_prefix}.{stem}.{lang}" for lang in (data.src_lang, data.tgt_lang))
-            for split, stem in TEXT_FILES.items()
-        }
-        corpus = load_parallel_text(files)
+        corpus = load_parallel_text(text_files(data))
+    corpus = carve_missing_splits(corpus, data)
     missing = [split for split in SPLITS if split not in corpus]
     if missing:
+        carve = " and ".join(f"data.{SIZE_KEYS[split]}" for split in missing if split in SIZE_KEYS)
         raise DataError(
-            f"data.dataset={data.dataset}: no {', '.join(missing)} split (it has: {', '.join(corpus)})"
+            f"data.dataset={data.dataset}: no {' or '.join(missing)} split (it has: {', '.join(corpus)}); "
+            + (f"set {carve} (e.g. 1000) to carve one off the training split" if carve else "")
         )
     return corpus
+
+
+def text_files(data: DataConfig) -> dict[str, tuple[Path, Path]]:
+    """The files of each split of a text corpus: ``data.<split>_prefix``'s <prefix>.<lang>, else
+    ``data.text_prefix``'s <prefix>.<name>.<lang> under any name of ``TEXT_NAMES`` (each plain or .gz)."""
+    if not (data.text_prefix or data.train_prefix):
+        raise DataError("data.dataset=text needs data.text_prefix (files <prefix>.<split>.<lang>) or "
+                        "data.train_prefix (files <prefix>.<lang>)")  # fmt: skip
+    files = {}
+    for split, names in TEXT_NAMES.items():
+        key = PREFIX_KEYS[split]
+        if getattr(data, key):
+            files[split] = pair_of(getattr(data, key), data, f"data.{key}")
+        elif data.text_prefix:
+            found = {name: pair for name in names if (pair := pair_of(f"{data.text_prefix}.{name}", data))}
+            if len(found) > 1:
+                raise DataError(f"data.text_prefix={data.text_prefix}: {' and '.join(found)} each name a "
+                                f"{split} split; keep one, or choose with data.{key}")  # fmt: skip
+            if found:
+                files[split] = next(iter(found.values()))
+    if "train" not in files:
+        stem = f"{data.text_prefix}.train"
+        raise DataError(f"data.text_prefix={data.text_prefix}: no training files {stem}.{data.src_lang}[.gz] "
+                        f"and {stem}.{data.tgt_lang}[.gz]")  # fmt: skip
+    return files
+
+
+def pair_of(prefix: str, data: DataConfig, key: str | None = None) -> tuple[Path, Path] | None:
+    """<prefix>.<src_lang> and <prefix>.<tgt_lang>, each plain or .gz. Neither there: None (a DataError
+    naming ``key`` if given); one side alone: a DataError naming the missing file."""
+    langs = (data.src_lang, data.tgt_lang)
+    paths = [file_of(f"{prefix}.{lang}") for lang in langs]
+    if paths == [None, None] and key is None:
+        return None
+    missing = [f"{prefix}.{lang}[.gz]" for lang, path in zip(langs, paths) if path is None]
+    if missing:
+        raise DataError(f"{key or 'data.text_prefix'}: no file {' or '.join(missing)}")
+    return paths[0], paths[1]
+
+
+def file_of(name: str) -> Path | None:
+    """The file ``name`` or ``name``.gz, whichever exists (both: a DataError, as either could be meant)."""
+    found = [Path(path) for path in (name, f"{name}.gz") if Path(path).is_file()]
+    if len(found) > 1:
+        raise DataError(f"both {found[0]} and {found[1]} exist: keep one")
+    return found[0] if found else None

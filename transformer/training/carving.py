@@ -1,0 +1,110 @@
+"""Validation and test sets carved off the training split, for a corpus that ships without them (many hub
+datasets; a single pair of text files).
+
+``data.valid_size`` and ``data.test_size`` pairs are drawn at random, without replacement, from the training
+split with ``random.Random(data.split_seed)``: the same pairs for every run on the same corpus, whatever
+``train.seed`` is. They are kept in corpus order, and the training split goes on without them (``Carved``),
+streamed as before, so a corpus of millions of pairs is never held as text for this.
+"""
+
+import hashlib
+import random
+from collections.abc import Iterator
+from functools import cached_property
+
+from transformer.core.config import DataConfig
+from transformer.training.corpus import (
+    Corpus,
+    DataError,
+    ParallelArrow,
+    ParallelFiles,
+    ParallelText,
+    ReadWhole,
+    Split,
+    file_facts,
+)
+
+SIZE_KEYS = {"validation": "valid_size", "test": "test_size"}  # split -> the data.* key that carves it
+CHUNK = 100_000  # pairs read at a time
+
+
+class Carved(ReadWhole):
+    """The training split ``source`` without the pairs at the indices ``removed``: streamed like it."""
+
+    def __init__(self, source: Split, removed: frozenset[int], settings: str):
+        self.source, self.removed, self.settings = source, removed, settings
+
+    def chunks(self, size: int) -> Iterator[tuple[list[str], list[str]]]:
+        start = 0
+        for src, tgt in self.source.chunks(size):
+            kept = [i for i in range(len(src)) if start + i not in self.removed]
+            start += len(src)
+            if kept:
+                yield [src[i] for i in kept], [tgt[i] for i in kept]
+
+    def sentences(self) -> Iterator[str]:
+        """Every kept source line, then every kept target line."""
+        for side in (0, 1):
+            for chunk in self.chunks(CHUNK):
+                yield from chunk[side]
+
+    def fingerprint(self) -> str:
+        """The source's fingerprint and the carving settings: another seed or size, another token store."""
+        return hashlib.sha256(f"{self.source.fingerprint()} carved {self.settings}".encode()).hexdigest()
+
+    @cached_property
+    def whole(self) -> ParallelText:
+        pairs = [chunk for chunk in self.chunks(CHUNK)]
+        return ParallelText([s for src, _ in pairs for s in src], [t for _, tgt in pairs for t in tgt])
+
+    def __len__(self) -> int:
+        return count_pairs(self.source) - len(self.removed)
+
+    def head(self, n: int) -> ParallelText:
+        return ParallelText(self.whole.src[:n], self.whole.tgt[:n]) if n > 0 else self.whole
+
+
+def count_pairs(split: Split) -> int:
+    """The number of pairs, without holding a streamed split's text (a file's lines are counted)."""
+    if isinstance(split, Carved):
+        return len(split)
+    return file_facts(split.src_path)[1] if isinstance(split, ParallelFiles) else len(split)
+
+
+def pairs_at(split: Split, indices: list[int]) -> ParallelText:
+    """The pairs at ``indices`` (ascending), in one pass over the split (an Arrow split selects them)."""
+    if isinstance(split, ParallelArrow):
+        return ParallelArrow(split.dataset.select(indices), split.src_lang, split.tgt_lang).whole
+    wanted, src, tgt, start = set(indices), [], [], 0
+    for chunk_src, chunk_tgt in split.chunks(CHUNK):
+        for i in range(len(chunk_src)):
+            if start + i in wanted:
+                src.append(chunk_src[i])
+                tgt.append(chunk_tgt[i])
+        start += len(chunk_src)
+    return ParallelText(src, tgt)
+
+
+def carve_missing_splits(corpus: Corpus, data: DataConfig) -> Corpus:
+    """``corpus`` with its missing validation and test splits carved off its training split, as many pairs
+    as ``data.valid_size`` / ``data.test_size`` say; a size given for a split the corpus has is an error."""
+    sizes = {split: getattr(data, key) for split, key in SIZE_KEYS.items()}
+    for split, size in sizes.items():
+        if size and split in corpus:
+            key = SIZE_KEYS[split]
+            raise DataError(f"data.{key}={size}, but the corpus has its own {split} split: set data.{key}=0")
+    wanted = {split: size for split, size in sizes.items() if size}
+    if not wanted or "train" not in corpus:
+        return corpus
+    train = corpus["train"]
+    n, total = count_pairs(train), sum(wanted.values())
+    if total >= n:
+        raise DataError(f"data.valid_size + data.test_size = {total} leave none of the {n} training pairs")
+    picked = random.Random(data.split_seed).sample(range(n), total)  # the first valid_size: validation
+    carved, start = dict(corpus), 0
+    for split, size in wanted.items():
+        carved[split] = pairs_at(train, sorted(picked[start : start + size]))
+        start += size
+    settings = f"seed {data.split_seed} " + " ".join(f"{split} {size}" for split, size in wanted.items())
+    carved["train"] = Carved(train, frozenset(picked), settings)
+    return carved

@@ -1,0 +1,19 @@
+"""The scripts' argument parser: a usage error is one line on stderr and exit status 2, whichever check
+finds it (argparse's own, or a conflict between flags found later)."""
+
+import argparse
+import sys
+
+USAGE_ERROR = 2  # the exit status of every usage error (argparse's)
+
+
+class UsageError(ValueError):
+    """Flags that cannot be used together, or a value out of range; the message names the flags."""
+
+
+class UsageParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose errors print one line, ``error: MESSAGE (see --help)``."""
+
+    def error(self, message: str):
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(USAGE_ERROR)
