@@ -14,7 +14,6 @@ import torch
 
 from transformer.training import multi30k
 
-
 # The token cache of the whole session (and of the train.py runs it starts) in one temporary folder, so that
 # the tests neither read nor fill the user's own cache; $TRANSFORMER_MT_CACHE given to pytest is kept.
 if not os.environ.get("TRANSFORMER_MT_CACHE"):

@@ -71,8 +71,14 @@ def test_ambiguous_or_half_missing_files_are_errors_naming_them(tmp_path):
     write_split(tmp_path / "c.test", pairs(2))
     write_split(tmp_path / "c.test", pairs(2), gz=True)
     with pytest.raises(DataError, match=r"both .*c\.test\.de and .*c\.test\.de\.gz exist"):
-        load_corpus(DataConfig(dataset="text", train_prefix=str(tmp_path / "c.train"),
-                               valid_prefix=str(tmp_path / "c.dev"), test_prefix=str(tmp_path / "c.test")))  # fmt: skip
+        load_corpus(
+            DataConfig(
+                dataset="text",
+                train_prefix=str(tmp_path / "c.train"),
+                valid_prefix=str(tmp_path / "c.dev"),
+                test_prefix=str(tmp_path / "c.test"),
+            )
+        )
 
 
 def test_each_split_can_have_its_own_prefix(tmp_path):
@@ -81,20 +87,27 @@ def test_each_split_can_have_its_own_prefix(tmp_path):
     write_split(tmp_path / "a" / "europarl", pairs(10, "tr"), gz=True)
     write_split(tmp_path / "b" / "newstest2013", pairs(4, "va"))
     write_split(tmp_path / "b" / "newstest2014", pairs(3, "te"))
-    data = DataConfig(dataset="text", train_prefix=str(tmp_path / "a" / "europarl"),
-                      valid_prefix=str(tmp_path / "b" / "newstest2013"),
-                      test_prefix=str(tmp_path / "b" / "newstest2014"))  # fmt: skip
+    data = DataConfig(
+        dataset="text",
+        train_prefix=str(tmp_path / "a" / "europarl"),
+        valid_prefix=str(tmp_path / "b" / "newstest2013"),
+        test_prefix=str(tmp_path / "b" / "newstest2014"),
+    )
     corpus = load_corpus(data)
-    assert [corpus[s].src[0] for s in ("train", "validation", "test")] == ["Satz tr0 ist hier.",
-                                                                           "Satz va0 ist hier.", "Satz te0 ist hier."]  # fmt: skip
+    firsts = [corpus[split].src[0] for split in ("train", "validation", "test")]
+    assert firsts == ["Satz tr0 ist hier.", "Satz va0 ist hier.", "Satz te0 ist hier."]
     write_split(tmp_path / "c.train", pairs(8, "c"))
     write_split(tmp_path / "c.valid", pairs(3, "c"))
     write_split(tmp_path / "c.test", pairs(2, "c"))  # text_prefix for two splits, test_prefix wins for test
-    mixed = load_corpus(DataConfig(dataset="text", text_prefix=str(tmp_path / "c"),
-                                   test_prefix=str(tmp_path / "b" / "newstest2014")))  # fmt: skip
+    mixed = load_corpus(
+        DataConfig(
+            dataset="text", text_prefix=str(tmp_path / "c"), test_prefix=str(tmp_path / "b" / "newstest2014")
+        )
+    )
     assert len(mixed["validation"]) == 3 and mixed["test"].src[0] == "Satz te0 ist hier."
     with pytest.raises(DataError, match=r"data.test_prefix: no file .*nowhere\.de\[\.gz\] or .*nowhere\.en"):
-        load_corpus(DataConfig(dataset="text", text_prefix=str(tmp_path / "c"), test_prefix=str(tmp_path / "nowhere")))  # fmt: skip
+        nowhere = str(tmp_path / "nowhere")
+        load_corpus(DataConfig(dataset="text", text_prefix=str(tmp_path / "c"), test_prefix=nowhere))
 
 
 def carve(tmp_path, n=100, **sizes) -> dict:
@@ -121,7 +134,7 @@ def test_a_training_split_alone_gets_its_sets_carved_off_seeded_and_disjoint(tmp
 
 
 def test_carving_is_refused_where_it_cannot_apply(tmp_path):
-    with pytest.raises(DataError, match=r"no validation or test split .*set data.valid_size and data.test_size"):
+    with pytest.raises(DataError, match=r"no validation or test .*set data.valid_size and data.test_size"):
         carve(tmp_path)
     with pytest.raises(DataError, match=r"valid_size \+ data.test_size = 100 leave none of the 100"):
         carve(tmp_path, valid_size=60, test_size=40)

@@ -19,7 +19,7 @@ def checkout_files() -> dict[str, int]:
     """Every file of the checkout (not git's, the environment's or Python's own caches) and its mtime."""
     found = {}
     for folder, subfolders, files in os.walk(ROOT):
-        subfolders[:] = [name for name in subfolders if name not in IGNORED and not name.endswith(".egg-info")]
+        subfolders[:] = [n for n in subfolders if n not in IGNORED and not n.endswith(".egg-info")]
         for name in files:
             path = Path(folder) / name
             found[str(path.relative_to(ROOT))] = path.stat().st_mtime_ns
@@ -60,8 +60,20 @@ def test_a_run_outside_the_checkout_writes_nothing_into_it(tmp_path, multi30k_di
     env = {k: v for k, v in os.environ.items() if k not in ("TRANSFORMER_MT_CACHE", "MULTI30K_DIR")}
     env.update(XDG_CACHE_HOME=str(tmp_path / "xdg"), PYTHONDONTWRITEBYTECODE="1")
     before = checkout_files()
-    command = [sys.executable, str(ROOT / "train.py"), "--config", "tiny", "--run-dir", "run",
-               "--data-dir", str(multi30k_dir), "--set", "train.max_steps=2", "--set", "eval.every_steps=0"]  # fmt: skip
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "--config",
+        "tiny",
+        "--run-dir",
+        "run",
+        "--data-dir",
+        str(multi30k_dir),
+        "--set",
+        "train.max_steps=2",
+        "--set",
+        "eval.every_steps=0",
+    ]
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "run" / "results.json").is_file()
