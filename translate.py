@@ -1,18 +1,9 @@
-"""Translate text with a trained checkpoint: one line in, one line out.
-
-    python translate.py --checkpoint RUN/best.pt "Ein Hund rennt im Schnee."
-    python translate.py --checkpoint RUN/best.pt --beam 4 --input test.de --output test.hyp.en
-    python translate.py --checkpoint RUN/best.pt --input test.de --reference test.en --attention RUN/attn
-    cat test.de | python translate.py --checkpoint RUN/best.pt > test.hyp.en
-    python translate.py --checkpoint RUN/best.pt --beam 4 --nbest 4 --input test.de > test.nbest
-    python translate.py --checkpoint RUN/best.pt --input test.de --score-reference test.en --alignments a.txt
-    python translate.py --checkpoint RUN/best.pt --stream      # a line in, its translation out, flushed
-    python translate.py --checkpoint hf:Helsinki-NLP/opus-mt-en-de --attention attn/ "A dog runs."  # released
+"""Translate text with a trained checkpoint: one line in, one line out (``--help``: examples, every flag).
 
 Everything needed (model, tokenizer, config) comes from the checkpoint, through
-``transformer.inference.translator.Translator`` (the Python API: this script adds only files and formats).
-Decoding is
-batched by length (``--max-tokens``) and the translations come back in input order.
+``transformer.inference.translator.Translator`` (the Python API: this script adds only files and formats);
+the flags and their checks are in ``transformer/inference/cli_options.py``. Decoding is batched by length
+(``--max-tokens``) and the translations come back in input order.
 """
 
 import sys
@@ -36,6 +27,7 @@ from transformer.inference.text_lines import (
 from transformer.inference.translator import Translator
 from transformer.training.metrics import bleu_chrf
 from transformer.training.precision import DeviceError
+from transformer.training.usage import USAGE_ERROR, UsageError
 
 # ------------------------------------------------------------------------------------------ output
 
@@ -111,6 +103,8 @@ def check_paths(args) -> None:
 def load_translator(args) -> Translator:
     """The model, once, with the command line's settings; checks the settings against it."""
     given = {"beam_size": args.beam, "length_penalty": args.length_penalty, "max_tokens": args.max_tokens}
+    if Path(args.checkpoint).is_dir() and (Path(args.checkpoint) / "best.pt").is_file():
+        print(f"translate.py: {args.checkpoint} is a run folder: using its best.pt", file=sys.stderr)
     try:
         translator = Translator.from_checkpoint(
             args.checkpoint, args.device, args.precision, **{k: v for k, v in given.items() if v is not None}
@@ -119,12 +113,12 @@ def load_translator(args) -> Translator:
         raise InputError(f"--{error}") from None
     beam = translator.settings.beam_size
     if args.nbest is not None and args.nbest > beam:
-        raise InputError(
+        raise UsageError(
             f"--nbest {args.nbest} is more than the beam size {beam}: give --beam {args.nbest} or more"
         )
     n_layers = len(translator.model.decoder.layers)
     if args.align_layer is not None and not -n_layers <= args.align_layer < n_layers:
-        raise InputError(
+        raise UsageError(
             f"--align-layer {args.align_layer}: the decoder has {n_layers} layers (0 to {n_layers - 1})"
         )
     return translator
@@ -143,7 +137,11 @@ def process(
             Record([f"{score:.6f}\t{n}\t{score / max(n, 1):.6f}"], "", src, tgt, True)
             for score, n, src, tgt in zip(scores, n_tokens, sources, targets)
         ]
-    sampling = Sampling(args.top_k, args.top_p, args.temperature, args.seed) if args.sample else None
+    sampling = (
+        Sampling(args.top_k, args.top_p, args.temperature, args.seed, args.sample_unk)
+        if args.sample
+        else None
+    )
     found = translator.translate_ids(sources, 1 if args.sample else None, args.nbest, args.with_scores,
                                      prefixes, sampling)  # fmt: skip
     records = []
@@ -168,7 +166,8 @@ def translate(args) -> None:
     if args.stream:
         outputs = Outputs(args, translator)
         for n, line in stream_lines():
-            outputs.write(process(translator, [line], n, "<stdin> line {n}".replace("{n}", str(n)), args), n)
+            where, prefixes = "<stdin> line {n}".replace("{n}", str(n)), read_prefixes(args, translator, 1)
+            outputs.write(process(translator, [line], n, where, args, prefixes=prefixes), n)
         outputs.close(None)
         return
     if args.sentences:
@@ -188,15 +187,20 @@ def translate(args) -> None:
             if flag == "--score-reference":
                 escaped = ref_name.replace("{", "{{").replace("}", "}}")
                 targets, references = translator.encode_targets(references, escaped + " line {n}"), None
-    prefixes = read_prefixes(args.prefix, translator, len(lines)) if args.prefix is not None else None
+    prefixes = read_prefixes(args, translator, len(lines))
     outputs = Outputs(args, translator)
     outputs.write(process(translator, lines, 1, where, args, targets, prefixes), 1)
     outputs.close(references)
 
 
-def read_prefixes(path: str, translator: Translator, n_lines: int) -> list[list[int]]:
-    """The target-side ids of each --prefix line ([] for an empty one), one line per input line."""
-    prefixes, name = read_text(path, "--prefix")
+def read_prefixes(args, translator: Translator, n_lines: int) -> list[list[int]] | None:
+    """The target-side ids each translation starts with: --prefix-text for every line, or the --prefix
+    file's line ([] for an empty one); None without either."""
+    if args.prefix_text is not None:
+        return translator.encode_targets([args.prefix_text], "--prefix-text") * n_lines
+    if args.prefix is None:
+        return None
+    prefixes, name = read_text(args.prefix, "--prefix")
     if len(prefixes) != n_lines:
         raise InputError(f"--prefix {name} has {len(prefixes)} lines but the input has {n_lines}")
     return translator.encode_targets(prefixes, name.replace("{", "{{").replace("}", "}}") + " line {n}")
@@ -209,6 +213,9 @@ def main(argv=None) -> int:
         return int(stop.code or 0)
     try:
         translate(args)
+    except UsageError as error:  # found once the checkpoint is read: one line, as argparse's are
+        print(f"error: {error} (see translate.py --help)", file=sys.stderr)
+        return USAGE_ERROR
     except (CheckpointError, InputError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -28,6 +28,28 @@ def test_the_readme_results_table_is_the_generated_one():
     )
 
 
+def test_the_results_table_is_short_current_and_links_each_figure_to_its_section():
+    table = readme_figures.results_table(json.loads(readme_figures.FIGURES.read_text(encoding="utf-8")))
+    rows = table.splitlines()[2:]
+    assert 1 <= len(rows) <= 6
+    history = r"\b20\d\d-[01]\d-[0-3]\d\b|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"
+    assert re.findall(history, table) == [], "no dates or commit ids in the README's table"
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    sections = {readme_figures.anchor(h) for h in re.findall(r"^#{1,6} (.+)$", page, re.M)}
+    for row in rows:
+        anchors = re.findall(r"\]\(docs/benchmarks\.md#([^)]+)\)", row)
+        assert anchors, f"a row without a link to docs/benchmarks.md: {row}"
+        assert set(anchors) <= sections, f"no such heading in docs/benchmarks.md: {anchors}"
+
+
+def test_anchors_are_githubs():
+    heading = "Main job: Multi30k de→en in a 27-minute budget (CPU)"
+    assert readme_figures.anchor(heading) == "main-job-multi30k-deen-in-a-27-minute-budget-cpu"
+    assert readme_figures.anchor("Training throughput against nn.Transformer") == (
+        "training-throughput-against-nntransformer"
+    )
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_a_config_header_names_its_own_budget(path):
     header = "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith("#"))

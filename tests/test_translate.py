@@ -350,10 +350,10 @@ def test_score_reference_keeps_the_line_contract(tiny_checkpoint, tmp_path, caps
 def test_nbest_larger_than_the_beam_is_a_one_line_error_before_any_work(tiny_checkpoint, capsys, monkeypatch):
     monkeypatch.setattr(translator_module.Translator, "translate_ids", lambda *a, **k: pytest.fail("work"))
     code, lines, err = run(["--checkpoint", str(tiny_checkpoint), "--beam", "2", "--nbest", "3", "x"], capsys)
-    assert (code, lines) == (1, []) and err.startswith("error: --nbest 3 is more than the beam size 2")
+    assert (code, lines) == (2, []) and err.startswith("error: --nbest 3 is more than the beam size 2")
     assert err.count("\n") == 1
     code, lines, err = run(["--checkpoint", str(tiny_checkpoint), "--nbest", "2", "x"], capsys)
-    assert code == 1 and "beam size 1" in err  # the checkpoint's beam
+    assert code == 2 and "beam size 1" in err  # the checkpoint's beam
     code, _, err = run(
         ["--checkpoint", str(tiny_checkpoint), "--score-reference", "r", "--nbest", "2", "x"], capsys
     )

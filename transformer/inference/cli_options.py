@@ -4,6 +4,17 @@ import argparse
 import sys
 
 from transformer.core.config import DECODE_PRECISIONS
+from transformer.training.usage import UsageParser
+
+DESCRIPTION = """\
+Translate with a checkpoint written by train.py (or its run folder), or a released Marian model: one line
+in, one line out. Examples:
+  translate.py --checkpoint runs/multi30k_de_en "Ein Hund rennt im Schnee."
+  translate.py --checkpoint runs/multi30k_de_en/best.pt --beam 4 --input test.de --output test.hyp.en
+  translate.py --checkpoint runs/multi30k_de_en --input test.de --reference test.en --attention attn/
+  translate.py --checkpoint runs/multi30k_de_en --prefix-text "A man" "Ein Mann fährt Fahrrad."
+  translate.py --checkpoint hf:Helsinki-NLP/opus-mt-en-de "A dog runs."
+"""
 
 EPILOG = """\
 stdout holds the translations only, exactly one line per input line, in input order; warnings,
@@ -30,6 +41,9 @@ Other outputs (log-probs are natural logs summed over the tokens and EOS, as the
   --attention-out F    numpy .npz: line_<n>/cross (L, H, T, S), line_<n>/encoder_self (L, H, S, S),
                        line_<n>/decoder_self (L, H, T, T), line_<n>/source_pieces (S,), line_<n>/target_pieces
                        (T, what each row predicted), line_<n>/input_pieces (T, what each row read)
+A prefix (--prefix, --prefix-text) is exact to the sub-word: its text is split into pieces by the target
+tokenizer and forced, and the search goes on from its last piece, so a prefix ending mid-word ("A ma")
+may be continued into a word ("A man").
 With --attention DIR, each non-empty input line n gets DIR/line_<n>_cross_layer_<i>.png (mean of
 the heads of decoder layer i), DIR/line_<n>_cross_heads_layer_<last>.png (every head of the last
 layer) and DIR/line_<n>_cross_top_sources.md (the top source tokens of every head for each target
@@ -37,13 +51,15 @@ token), computed by one forward pass over (source, translation), or over (source
 --score-reference; the same go to TensorBoard (tensorboard --logdir DIR).
 --stream (the default when stdin is a terminal) reads stdin a line at a time and writes and flushes each
 line's output before reading the next; the model is loaded once.
-Exit status: 0 on success, 1 on an error (one line on stderr), 2 on a usage error.
+Exit status: 0 on success, 1 on an error, 2 on a usage error (flags that cannot go together, a value out
+of range); either is one line on stderr.
 """
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
+    parser = UsageParser(
+        prog="translate.py",
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -64,8 +80,9 @@ def parse_args(argv):
     )  # fmt: skip
     parser.add_argument(
         "--length-penalty", type=float, default=None, metavar="A",
-        help="beam search length penalty α (default: the checkpoint's eval.length_penalty: the paper's 0.6; "
-        "3.0 in configs/multi30k_de_en.yaml and multi30k_de_en_long.yaml, chosen on validation)",
+        help="beam search length penalty α: larger prefers longer translations (default: the checkpoint's "
+        "eval.length_penalty: the paper's 0.6, or 3.0 in configs/multi30k_de_en.yaml and _long.yaml, which "
+        "scored best on their validation set)",
     )  # fmt: skip
     parser.add_argument(
         "--reference", default=None, metavar="FILE",
@@ -154,6 +171,10 @@ def add_search_arguments(parser) -> None:
         "prefix and the rest is searched (greedy or beam); scores count the whole translation",
     )  # fmt: skip
     parser.add_argument(
+        "--prefix-text", default=None, metavar="TEXT",
+        help="the same target prefix for every input line (instead of --prefix FILE)",
+    )  # fmt: skip
+    parser.add_argument(
         "--sample", action="store_true",
         help="draw each token from the model's distribution instead of searching (beam 1), e.g. for "
         "back-translation; see --top-k, --top-p, --temperature, --seed",
@@ -169,6 +190,10 @@ def add_search_arguments(parser) -> None:
     parser.add_argument("--temperature", type=float, default=1.0, metavar="T",
                         help="divide the logits by T before sampling (default 1; 0 = greedy)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="the sampling seed (default 0)")
+    parser.add_argument(
+        "--sample-unk", action="store_true",
+        help="let sampling draw UNK, the unknown piece (printed ⁇); never drawn without this flag",
+    )  # fmt: skip
 
 
 def check_search_arguments(parser, args) -> None:
@@ -176,8 +201,11 @@ def check_search_arguments(parser, args) -> None:
     if args.prefix is not None and (args.stream or args.score_reference is not None):
         parser.error("--prefix needs every input line at once and a search: not with --stream or "
                      "--score-reference")  # fmt: skip
+    if args.prefix_text is not None and (args.prefix is not None or args.score_reference is not None):
+        parser.error("--prefix-text gives every search one prefix: not with --prefix or --score-reference")
     defaults = (("--top-k", args.top_k, 0), ("--top-p", args.top_p, 1.0),
-                ("--temperature", args.temperature, 1.0), ("--seed", args.seed, 0))  # fmt: skip
+                ("--temperature", args.temperature, 1.0), ("--seed", args.seed, 0),
+                ("--sample-unk", args.sample_unk, False))  # fmt: skip
     given = [flag for flag, value, default in defaults if value != default]
     if given and not args.sample:
         parser.error(f"{', '.join(given)} only apply with --sample")

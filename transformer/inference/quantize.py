@@ -28,7 +28,6 @@ Decoding only: a quantized model is never trained or saved. Speeds: docs/benchma
 """
 
 import copy
-import logging
 
 import torch
 from torch import nn
@@ -37,6 +36,7 @@ from transformer.core.attention import MultiHeadAttention
 from transformer.core.config import QUANTIZED_PRECISIONS
 from transformer.core.model import Transformer
 from transformer.training.precision import decoding_model, size_onednn_cache
+from transformer.training.quiet import quiet_libraries
 
 QUANTIZED = QUANTIZED_PRECISIONS  # the decoding precisions that quantize (config.py holds the list)
 INT8, INT8_BF16 = QUANTIZED  # int8 products, the rest fp32 | int8 products, the rest bf16
@@ -46,10 +46,10 @@ ZERO_POINT_TENSOR, ONE = torch.tensor(ZERO_POINT), torch.tensor(1.0)  # the shif
 
 
 def _torchao(precision: str):
-    logging.getLogger("torchao").setLevel(logging.ERROR)  # its optional GPU kernels fail to load on a CPU
     try:
-        from torchao.quantization import Int8Tensor, PerRow
-        from torchao.utils import should_reduce_range
+        with quiet_libraries():  # its optional GPU kernels fail to load on a CPU, and say so
+            from torchao.quantization import Int8Tensor, PerRow
+            from torchao.utils import should_reduce_range
     except ImportError:
         raise ValueError(f'--precision {precision} needs torchao: pip install -e ".[int8]"') from None
     return Int8Tensor, PerRow, should_reduce_range

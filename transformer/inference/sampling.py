@@ -3,7 +3,9 @@
     p(y) ∝ exp(logit(y) / temperature), restricted to the ``top_k`` most probable tokens and then to the
     nucleus: the fewest most probable tokens whose probabilities sum to at least ``top_p``.
 
-``temperature = 0`` is greedy search (the argmax), ``top_k = 0`` and ``top_p = 1`` restrict nothing. The draws
+``temperature = 0`` is greedy search (the argmax), ``top_k = 0`` and ``top_p = 1`` restrict nothing. A draw is
+never PAD or the start token (decoding rules them out) nor UNK, unless ``allow_unk``: an unknown piece
+prints as "⁇", which no back-translation wants. The draws
 come from one ``torch.Generator`` seeded with ``seed``, so the same inputs, settings and seed give the same
 samples; a different seed, different ones.
 """
@@ -21,6 +23,7 @@ class Sampling:
     top_p: float = 1.0
     temperature: float = 1.0
     seed: int = 0
+    allow_unk: bool = False  # let UNK be drawn
 
     def __post_init__(self):
         if self.top_k < 0:
@@ -52,11 +55,16 @@ def allowed_tokens(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tens
     return allowed
 
 
-def sample_tokens(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) -> torch.Tensor:
-    """One token per row of logits (N, V) -> (N,) long, drawn as the module docstring says."""
+def sample_tokens(
+    logits: torch.Tensor, sampling: Sampling, generator: torch.Generator, unk_id: int | None = None
+) -> torch.Tensor:
+    """One token per row of logits (N, V) -> (N,) long, drawn as the module docstring says; ``unk_id``:
+    the token drawn only with ``sampling.allow_unk``."""
     if sampling.temperature == 0.0:
         return best_index(logits)  # (N,) greedy search's pick
     tempered = logits.float() / sampling.temperature  # (N, V)
+    if unk_id is not None and not sampling.allow_unk:
+        tempered[:, unk_id] = float("-inf")
     allowed = allowed_tokens(tempered, sampling.top_k, sampling.top_p)  # (N, V)
     probs = torch.softmax(tempered.masked_fill(~allowed, float("-inf")), dim=-1)  # (N, V)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (N,)

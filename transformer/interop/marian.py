@@ -59,6 +59,7 @@ from transformer.core.embeddings import sinusoidal_positions
 from transformer.core.model import Transformer
 from transformer.core.tokenizer import Tokenizer
 from transformer.interop.marian_text import MarianText, read_either
+from transformer.training.quiet import quiet_libraries
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}  # Marian's -> ours
 
@@ -69,7 +70,8 @@ class MarianError(ValueError):
 
 def _transformers():
     try:
-        import transformers
+        with quiet_libraries():  # it imports torchao where installed, whose import is noisy on a CPU
+            import transformers
     except ImportError:
         raise MarianError('Marian interop needs transformers: pip install -e ".[hf]"') from None
     return transformers
@@ -90,7 +92,8 @@ def model_class(model_type: str):
     """The transformers class of a folder's config.json ``model_type``: Marian or its pre-norm sibling."""
     if model_type not in MODEL_TYPES:
         raise MarianError(f"model_type={model_type!r} is not a Marian model (expected marian or pegasus)")
-    return getattr(_transformers(), MODEL_TYPES[model_type])
+    with quiet_libraries():  # the first model class loads transformers' modelling code, and torchao with it
+        return getattr(_transformers(), MODEL_TYPES[model_type])
 
 
 def model_type_of(hf_model) -> str:
@@ -391,7 +394,8 @@ def to_ctranslate2(model: Transformer, tokenizer: Tokenizer, out_dir: str | Path
     table, start token and vocabulary (the SentencePiece pieces). PAD and the start token get a -inf
     output bias, as our decoders rule them out."""
     try:
-        from ctranslate2.specs import common_spec, transformer_spec
+        with quiet_libraries():
+            from ctranslate2.specs import common_spec, transformer_spec
     except ImportError:
         raise MarianError('CTranslate2 export needs ctranslate2: pip install -e ".[hf]"') from None
     c = model.config
@@ -427,7 +431,8 @@ def export(checkpoint: str | Path, out_dir: str | Path, ct2_dir: str | Path | No
     hf_model = to_marian(model)
     hf_model.generation_config = generation_config(model)
     out_dir = Path(out_dir)
-    hf_model.save_pretrained(out_dir)
+    with quiet_libraries():  # no progress bar for a one-file save
+        hf_model.save_pretrained(out_dir)
     save_marian_tokenizer(tokenizer, out_dir, config.data.src_lang, config.data.tgt_lang)
     if ct2_dir is not None:
         to_ctranslate2(model, tokenizer, ct2_dir)

@@ -20,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 from transformer.core.tokenizer import Tokenizer
+from transformer.training.quiet import quiet_libraries
 
 MARIAN_FILES = ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json")
 START_FILE = "start.json"
@@ -85,7 +86,8 @@ class MarianText:
         with tempfile.TemporaryDirectory() as folder:
             for name in MARIAN_FILES:
                 (Path(folder) / name).write_bytes(files[name])
-            hf_tokenizer = marian_tokenizer_class().from_pretrained(folder)
+            with quiet_libraries():  # no advice to install sacremoses
+                hf_tokenizer = marian_tokenizer_class().from_pretrained(folder)
         start_id = json.loads(files[START_FILE])["decoder_start_token_id"]
         return cls(hf_tokenizer, start_id, files=files)
 

@@ -19,6 +19,7 @@ from transformer.core.config import Config, DataConfig, EvalConfig
 from transformer.core.model import Transformer
 from transformer.interop.marian import MarianError, _transformers, from_marian, model_class
 from transformer.interop.marian_text import MarianText
+from transformer.training.quiet import quiet_libraries
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
@@ -40,9 +41,11 @@ def _model_and_tokenizer(name: str, **options):
     config.json is read as plain JSON first: no other model class is ever built, no remote code run."""
     transformers = _transformers()
     config = transformers.PretrainedConfig.get_config_dict(name, **options)[0]
-    model = model_class(config.get("model_type", "marian")).from_pretrained(name, **options)
+    with quiet_libraries():  # no progress bar while the weights load
+        model = model_class(config.get("model_type", "marian")).from_pretrained(name, **options)
     try:
-        tokenizer = transformers.MarianTokenizer.from_pretrained(name, **options)
+        with quiet_libraries():  # nor the advice to install sacremoses
+            tokenizer = transformers.MarianTokenizer.from_pretrained(name, **options)
     except (TypeError, KeyError, AssertionError, RuntimeError) as error:  # files missing or unreadable
         raise MarianError(
             f"no readable Marian tokenizer files (source.spm, target.spm, vocab.json): {type(error).__name__}"
