@@ -29,11 +29,11 @@ DECODE_PRECISIONS = PRECISIONS + QUANTIZED_PRECISIONS  # translate.py --precisio
 
 @dataclass(frozen=True)
 class ModelConfig:
-    d_model: int = 512
-    n_heads: int = 8
-    d_ff: int = 2048
-    n_encoder_layers: int = 6
-    n_decoder_layers: int = 6
+    d_model: int = 512  # width of every layer's input and output (§3)
+    n_heads: int = 8  # attention heads; d_model must divide by it (§3.2.2)
+    d_ff: int = 2048  # inner width of the position-wise feed-forward network (§3.3)
+    n_encoder_layers: int = 6  # encoder layers (§3.1)
+    n_decoder_layers: int = 6  # decoder layers (§3.1)
     dropout: float = 0.1  # residual, embeddings and attention weights (§5.4)
     norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm
     share_embeddings: bool = True  # tie source, target and output embeddings (joint vocab, §3.4)
@@ -69,12 +69,12 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DataConfig:
     dataset: str = "multi30k"  # "multi30k", "text" (local parallel files) or "hub"
-    src_lang: str = "de"
-    tgt_lang: str = "en"
+    src_lang: str = "de"  # source language code, as the corpus names it (files, hub columns)
+    tgt_lang: str = "en"  # target language code
     data_dir: str | None = None  # local Multi30k mirror; else $MULTI30K_DIR; else download
     hub_name: str | None = None  # dataset == "hub": e.g. "wmt14"
     hub_config: str | None = None  # e.g. "de-en"
-    text_prefix: str | None = None  # dataset == "text": <prefix>.{train,valid|dev|val,test}.<lang>[.gz]
+    text_prefix: str | None = None  # "text": <prefix>.<split>.<lang>[.gz], split: train, dev/valid/val, test
     train_prefix: str | None = None  # the training files <prefix>.<lang>[.gz], instead of text_prefix's
     valid_prefix: str | None = None  # the validation files <prefix>.<lang>[.gz], instead of text_prefix's
     test_prefix: str | None = None  # the test files <prefix>.<lang>[.gz], instead of text_prefix's
@@ -86,7 +86,7 @@ class DataConfig:
     tokenizer: str | None = None  # a SentencePiece .model to use instead of training one (ids 0-3 as ours)
     tokenizer_sample: int = 2_000_000  # sentences (sampled at random) SentencePiece learns from
     character_coverage: float = 1.0  # SentencePiece: share of characters covered (e.g. 0.9995 for CJK)
-    cache_dir: str | None = None  # None: $TRANSFORMER_MT_CACHE, else $XDG_CACHE_HOME/transformer-mt
+    cache_dir: str | None = None  # the cache; None: $TRANSFORMER_MT_CACHE or $XDG_CACHE_HOME/transformer-mt
     workers: int = -1  # tokenizing processes; -1: one per CPU core for a corpus over 32 MB, else none
     max_tokens: int = 4000  # padded source + target tokens per batch
     max_len: int = 128  # cleaning: drop training pairs with a side longer than this (in tokens)
@@ -114,7 +114,7 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    seed: int = 1
+    seed: int = 1  # initial weights, dropout masks and batch order (the same seed, the same run)
     max_epochs: int = 0  # 0 = no limit
     max_steps: int = 0  # optimizer updates; 0 = no limit
     max_minutes: float = 0.0  # wall-clock budget for training; 0 = no limit
@@ -122,14 +122,14 @@ class TrainConfig:
     lr_scale: float = 1.0  # lr = lr_scale · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
     peak_lr: float = 0.0  # > 0: choose lr_scale so that the lr at step = warmup_steps is this
     cooldown: float = 0.0  # > 0: the lr falls linearly to 0 over this last fraction of the step/time budget
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_eps: float = 1.0e-9
-    weight_decay: float = 0.0
-    label_smoothing: float = 0.1
+    adam_beta1: float = 0.9  # Adam's β1 (§5.3)
+    adam_beta2: float = 0.98  # Adam's β2 (§5.3)
+    adam_eps: float = 1.0e-9  # Adam's ε (§5.3)
+    weight_decay: float = 0.0  # an L2 penalty added to the gradients (Adam's weight_decay); 0 = none
+    label_smoothing: float = 0.1  # ε_ls, spread over the tokens the decoder can produce (§5.4)
     clip_grad_norm: float = 0.0  # 0 = no clipping
     accum_steps: int = 1  # gradient accumulation: batches per optimizer update
-    init_from: str | None = None  # fine-tune: start from this checkpoint's weights (init_from.py)
+    init_from: str | None = None  # fine-tune: start from these weights (a best.pt or a Marian model)
     reset_optimizer: bool = True  # with init_from: a fresh optimizer, schedule and step count
     device: str = "auto"  # "auto" (cuda if present), "cpu", "cuda", "cuda:1", ...
     precision: str = "auto"  # "auto" (bf16 on cuda and on CPUs with AVX512-BF16 / AMX, else fp32), fp32, ...

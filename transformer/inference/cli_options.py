@@ -56,7 +56,8 @@ of range); either is one line on stderr.
 """
 
 
-def parse_args(argv):
+def build_parser() -> UsageParser:
+    """Every flag of translate.py with its help (docs/translate.md is generated from it)."""
     parser = UsageParser(
         prog="translate.py",
         description=DESCRIPTION,
@@ -66,8 +67,9 @@ def parse_args(argv):
     parser.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate")
     parser.add_argument(
         "--checkpoint", required=True,
-        help="a checkpoint written by train.py, a Hugging Face Marian folder, or hf:NAME (e.g. "
-        "hf:Helsinki-NLP/opus-mt-en-de): a released model, run by our code with its own tokenizer",
+        help="a checkpoint written by train.py (best.pt, or its run folder), a Hugging Face Marian "
+        "folder, or hf:NAME (e.g. hf:Helsinki-NLP/opus-mt-en-de): a released model, run by our code with "
+        "its own tokenizer",
     )  # fmt: skip
     parser.add_argument(
         "--input", default=None, metavar="FILE",
@@ -100,6 +102,11 @@ def parse_args(argv):
     )  # fmt: skip
     add_output_arguments(parser)
     add_search_arguments(parser)
+    return parser
+
+
+def parse_args(argv):
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.sentences and args.input is not None:
         parser.error("give SENTENCEs or --input, not both")

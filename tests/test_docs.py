@@ -1,0 +1,64 @@
+"""The user guide stays short and current: the README in five minutes, benchmarks.md a reference, and the
+docs' reference tables (every config key, every translate.py flag) generated from the code."""
+
+import sys
+
+import pytest
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "docs"))
+import generate  # noqa: E402
+
+from transformer.core.config import Config  # noqa: E402
+from transformer.inference.cli_options import build_parser  # noqa: E402
+
+
+def test_the_readme_and_the_benchmarks_page_stay_short():
+    assert len((ROOT / "README.md").read_text("utf-8").splitlines()) <= 200
+    assert len((ROOT / "docs" / "benchmarks.md").read_text("utf-8").splitlines()) <= 400
+
+
+def test_the_generated_reference_tables_are_current():
+    assert generate.main(["--check"]) == 0, "run: python docs/generate.py"
+
+
+def test_every_config_key_and_every_flag_is_documented():
+    training = (ROOT / "docs" / "training.md").read_text("utf-8")
+    for section, values in Config().to_dict().items():
+        for key in values:
+            assert f"| `{section}.{key}` |" in training, f"{section}.{key}"
+    translate = (ROOT / "docs" / "translate.md").read_text("utf-8")
+    flags = [flag for action in build_parser()._actions for flag in action.option_strings if flag != "-h"]
+    missing = [flag for flag in flags if f"`{flag}`" not in translate and flag != "--help"]
+    assert not missing and "--prefix-text" in flags
+
+
+SOURCE = '''
+class Demo:
+    first: int = 1  # its own comment
+    second: int = 2  # a comment that goes on
+    # on the next line
+    # -- a group heading, nobody's comment
+    third: int = 3  # third's
+    # a block above a field without a comment of its own
+    fourth: dict = None
+    fifth: int = 5
+'''
+
+
+def test_comments_are_read_as_the_config_file_writes_them():
+    found = generate.field_comments(SOURCE, "Demo")
+    assert found == {
+        "first": "its own comment",
+        "second": "a comment that goes on on the next line",
+        "third": "third's",
+        "fourth": "a block above a field without a comment of its own",
+        "fifth": "",
+    }
+
+
+def test_a_key_without_a_comment_stops_the_generator(monkeypatch):
+    real = generate.field_comments
+    monkeypatch.setattr(generate, "field_comments", lambda *a: {**real(*a), "beam_size": ""})
+    with pytest.raises(generate.UndocumentedKey, match="eval.beam_size has no comment"):
+        generate.config_tables()
