@@ -33,7 +33,7 @@ def test_every_config_key_and_every_flag_is_documented():
     assert not missing and "--prefix-text" in flags
 
 
-SOURCE = '''
+SOURCE = """
 class Demo:
     first: int = 1  # its own comment
     second: int = 2  # a comment that goes on
@@ -43,7 +43,7 @@ class Demo:
     # a block above a field without a comment of its own
     fourth: dict = None
     fifth: int = 5
-'''
+"""
 
 
 def test_comments_are_read_as_the_config_file_writes_them():
