@@ -13,9 +13,11 @@ import argparse
 import os
 import sys
 
+from transformer.training.usage import UsageParser
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = UsageParser(prog="serve.py", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--checkpoint", required=True, help="best.pt, a run folder, a Marian folder or hf:NAME"
     )

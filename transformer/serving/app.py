@@ -156,6 +156,14 @@ def create_app(
     async def model() -> dict:
         return state["model"]
 
+    add_pages(app, authorized)
+    return BodyLimit(app, limits.max_body_bytes)
+
+
+def add_pages(app: FastAPI, authorized) -> None:
+    """The routes a browser reads: the page and its files, the OpenAPI schema and its page, each behind the
+    API key (the ``authorized`` dependency)."""
+
     @app.get("/", dependencies=[Depends(authorized)], include_in_schema=False)
     async def page():
         return FileResponse(STATIC / "index.html")
@@ -173,5 +181,3 @@ def create_app(
         if name not in STATIC_FILES:
             raise HTTPException(404, f"no file {name}")
         return FileResponse(STATIC / name)
-
-    return BodyLimit(app, limits.max_body_bytes)

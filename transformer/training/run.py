@@ -129,15 +129,7 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     if config.train.max_minutes > 0:  # the same on every rank, until their first vote on the clock
         run.clock_used = run.state.train_seconds / (60.0 * config.train.max_minutes)
     run.never_targets = model.never_produced
-    if runtime.world_size > 1:
-        # the buffers (position tables) are the same on every rank: no need to sync them every forward
-        ddp = torch.nn.parallel.DistributedDataParallel
-        no_sync = (
-            "forward_sync_buffers"
-            if "forward_sync_buffers" in signature(ddp).parameters
-            else "broadcast_buffers"
-        )
-        run.model = ddp(model, **{no_sync: False})
+    run.model = distributed(model, runtime)
     if runtime.is_main:
         run.writer = reporting.open_writer(run_dir, config)
         print(cleaning_line(splits.cleaning, config.data), flush=True)
@@ -147,6 +139,18 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
         if (slow := slow_precision(config.train.precision, runtime.device)) is not None:
             print(f"warning: train.precision={config.train.precision}: {slow}", file=sys.stderr, flush=True)
     return run
+
+
+def distributed(model: torch.nn.Module, runtime: Runtime) -> torch.nn.Module:
+    """``model`` wrapped for data parallelism over several ranks; one rank: ``model`` itself."""
+    if runtime.world_size == 1:
+        return model
+    # the buffers (position tables) are the same on every rank: no need to sync them every forward
+    ddp = torch.nn.parallel.DistributedDataParallel
+    no_sync = (
+        "forward_sync_buffers" if "forward_sync_buffers" in signature(ddp).parameters else "broadcast_buffers"
+    )
+    return ddp(model, **{no_sync: False})
 
 
 def save(run: Run, *names: str) -> dict | None:
