@@ -317,7 +317,7 @@ def find_config(name: str | Path) -> Path:
     if path.parent == Path(".") and shipped.is_file():
         return shipped
     names = ", ".join(sorted(p.stem for p in CONFIGS.glob("*.yaml")))
-    raise ConfigError(f"no config {name}: neither a file nor one of the project's configs ({names})")
+    raise ConfigError(f"cannot read config {name}: no such file, nor a config of the project's ({names})")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
