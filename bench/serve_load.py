@@ -4,13 +4,20 @@ test set to ``serve.py``, against the Translator decoding the same sentences in 
 came back once, in its place and equal to the Translator's.
 
     python bench/serve_load.py --checkpoint runs/multi30k_de_en/best.pt [--clients 16] [--sentences 1000]
+                               [--client asyncio|threads]
 
-Bounded: every request has a 60 s timeout, and the run stops after --max-seconds.
+The clients run on the same machine as the service and share its cores. ``--client asyncio`` (the default)
+drives every connection from one thread with hand-written HTTP/1.1 requests, as load generators such as wrk
+do, so that the clients take as little of the service's CPU as they can; ``--client threads`` runs one
+``http.client`` connection per thread, a heavier client. Bounded: every request has a 60 s timeout, and the
+run stops after --max-seconds.
 """
 
 import argparse
+import asyncio
 import http.client
 import json
+import re
 import socket
 import statistics
 import subprocess
@@ -91,12 +98,52 @@ def load(port: int, sentences: list[str], clients: int, max_seconds: float):
     return answers, latencies, time.perf_counter() - start
 
 
+async def _async_clients(port: int, sentences: list[str], clients: int, deadline: float, record) -> None:
+    """``clients`` kept-alive connections, each sending the next sentence until none is left."""
+    indices = iter(range(len(sentences)))
+
+    async def client() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            while time.monotonic() < deadline and (i := next(indices, None)) is not None:
+                body = json.dumps({"texts": [sentences[i]]}).encode()
+                head = "POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                start = time.perf_counter()
+                writer.write(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+                answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
+                length = int(re.search(rb"(?i)\r\ncontent-length: *(\d+)", answer).group(1))
+                payload = json.loads(await asyncio.wait_for(reader.readexactly(length), 60))
+                if not answer.startswith(b"HTTP/1.1 200"):
+                    raise RuntimeError(f"{answer.splitlines()[0].decode()}: {payload}")
+                record(i, payload["translations"][0]["text"], time.perf_counter() - start)
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+
+
+def load_async(port: int, sentences: list[str], clients: int, max_seconds: float):
+    """``load``'s answers, latencies and seconds, from one thread of asyncio clients."""
+    answers: dict[int, list[str]] = {}
+    latencies: list[float] = []
+
+    def record(i: int, text: str, seconds: float) -> None:
+        answers.setdefault(i, []).append(text)
+        latencies.append(seconds)
+
+    start = time.perf_counter()
+    asyncio.run(_async_clients(port, sentences, clients, time.monotonic() + max_seconds, record))
+    return answers, latencies, time.perf_counter() - start
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--max-seconds", type=float, default=600.0)
+    parser.add_argument("--client", choices=("asyncio", "threads"), default="asyncio",
+                        help="asyncio connections in one thread, or a thread per connection")  # fmt: skip
     parser.add_argument(
         "--data-dir", default=None, help="Multi30k folder (else $MULTI30K_DIR, else data/multi30k)"
     )
@@ -115,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         server = start_server(args.checkpoint, port, log)
         try:
             post(port, sentences[:64])  # warm-up
-            answers, latencies, seconds = load(port, sentences, args.clients, args.max_seconds)
+            run_clients = load_async if args.client == "asyncio" else load
+            answers, latencies, seconds = run_clients(port, sentences, args.clients, args.max_seconds)
         finally:
             server.terminate()
             server.wait(timeout=60)
@@ -127,8 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     ms = sorted(1000 * x for x in latencies)
     p50, p99 = statistics.median(ms), ms[min(len(ms) - 1, int(0.99 * len(ms)))]
     print(f"Translator, one call of {len(sentences)} sentences: {direct:.1f} sentences/s")
-    print(f"serve.py, {args.clients} clients, one sentence a request: {served:.1f} sentences/s, "
-          f"p50 {p50:.0f} ms, p99 {p99:.0f} ms")  # fmt: skip
+    print(f"serve.py, {args.clients} {args.client} clients, one sentence a request: {served:.1f} "
+          f"sentences/s, p50 {p50:.0f} ms, p99 {p99:.0f} ms")  # fmt: skip
     print(f"lost {len(lost)}, duplicated {len(doubled)}, different from the Translator {len(wrong)}")
     print(f"ratio_served_vs_translate={served / direct:.2f} p50_ms={p50:.0f} p99_ms={p99:.0f} "
           f"lost={len(lost)} duplicated={len(doubled)} different={len(wrong)}")  # fmt: skip

@@ -164,8 +164,8 @@ def test_translator_sampling_seeds_and_temperature(translator, monkeypatch):
 def test_translator_samples_only_from_the_top_k(translator, monkeypatch):
     seen = []
 
-    def recording(logits, sampling, generator):
-        drawn = sample_tokens(logits, sampling, generator)
+    def recording(logits, sampling, generator, unk_id):
+        drawn = sample_tokens(logits, sampling, generator, unk_id)
         seen.append((logits.clone(), drawn))
         return drawn
 

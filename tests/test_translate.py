@@ -385,7 +385,7 @@ def test_alignments_are_pharaoh_pairs_within_the_word_counts(tiny_checkpoint, tm
         f"{i}-{j}" for i, j in translator.alignments(SENTENCES[0], "A dog runs through the snow .")
     )
     code, _, err = run(argv + ["--align-layer", "1"], capsys, stdin, monkeypatch)
-    assert code == 1 and "--align-layer 1: the decoder has 1 layers" in err
+    assert code == 2 and "--align-layer 1: the decoder has 1 layers" in err
 
 
 def test_attention_out_holds_every_layer_and_head_with_labels(tiny_checkpoint, tmp_path, capsys):

@@ -263,8 +263,10 @@ class Translator:
         if sampling is not None and s.beam_size > 1:
             raise ValueError(f"sampling draws one token at a time: it needs beam 1, not {s.beam_size}")
         generator = None if sampling is None else sampling.generator(self.device)
-        unk = self.tokenizer.unk_id
-        pick = None if sampling is None else (lambda logits: sample_tokens(logits, sampling, generator, unk))
+        pick = None
+        if sampling is not None:  # never UNK unless asked (a Translator without a tokenizer has none)
+            unk = getattr(self.tokenizer, "unk_id", None)
+            pick = lambda logits: sample_tokens(logits, sampling, generator, unk)
 
         def decode(src: torch.Tensor, rows: list[int]) -> list[list[int]]:
             prefix = prefix_tensor(prefixes, rows, self.device)
