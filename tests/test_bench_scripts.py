@@ -180,3 +180,15 @@ def test_int8_linear_times_the_three_precisions_of_each_shape(capsys):
     assert len(lines) == 1 + len(int8_linear.SHAPES) and lines[-1].startswith("256->8000 rows 3: fp32 ")
     errors = [float(line.rsplit("int8 error ", 1)[1]) for line in lines[1:]]
     assert all(0 < error < 0.03 for error in errors), errors
+
+
+@pytest.mark.parametrize("client", ["asyncio", "threads"])
+def test_serve_load_gets_every_line_back_in_its_place(tiny_checkpoint, capsys, client):
+    pytest.importorskip("uvicorn", reason='the serve extra: pip install -e ".[serve]"')
+    import serve_load
+
+    argv = ["--checkpoint", str(tiny_checkpoint), "--data-dir", str(DATA_DIR), "--sentences", "40",
+            "--clients", "8", "--client", client, "--max-seconds", "120"]  # fmt: skip
+    assert serve_load.main(argv) == 0  # nothing lost, duplicated or different from the Translator
+    out = capsys.readouterr().out
+    assert f"8 {client} clients" in out and "lost=0 duplicated=0 different=0" in out

@@ -331,3 +331,24 @@ def close(a: list[list[float]], b: list[list[float]]) -> bool:
     return all(abs(x - y) < 1e-4 for row_a, row_b in zip(a, b) for x, y in zip(row_a, row_b)) and len(
         a
     ) == len(b)
+
+
+def test_a_batch_gathers_longer_after_a_long_decode(monkeypatch):
+    """Under load the callers of the last batch send again while the next one gathers: the window grows to
+    GATHER_SHARE of the last decoding time (a fake clock; a job arrives every 20 ms, within max_wait)."""
+    import transformer.serving.batcher as batcher_module
+
+    clock = {"now": 0.0}
+
+    class Arrivals:  # a job every 20 ms, for ever
+        def get(self, timeout=None):
+            clock["now"] += 0.020
+            return Job(["Hund"], 1, 1, False, False, False, None)
+
+    monkeypatch.setattr(batcher_module.time, "monotonic", lambda: clock["now"])
+    batcher = Batcher(lambda: None, max_wait_ms=25, max_tokens=10**6)
+    batcher.jobs = Arrivals()
+    assert len(batcher._gather()) == 6  # the first job, then 4 x 25 ms = 100 ms of arrivals every 20 ms
+    batcher.last_decode = 2.0
+    window = batcher_module.GATHER_SHARE * 2.0
+    assert abs(len(batcher._gather()) - (1 + window / 0.020)) <= 1 and window > 0.1

@@ -42,7 +42,10 @@ class Job:
         return self.beam, self.nbest, self.with_scores
 
 
-WAITS = 4  # a batch that keeps growing closes after this many max_wait at most
+WAITS = 4  # a batch that keeps growing closes after this many max_wait at most, or after
+GATHER_SHARE = 0.5  # this share of the time the last batch took to decode, if that is longer: under load
+# the callers of the last batch are sending their next requests while this one gathers, and one batch of
+# twice the sentences decodes in much less than twice the time (docs/benchmarks.md, "Serving under load")
 
 
 class Batcher:
@@ -56,6 +59,7 @@ class Batcher:
         self.ready, self.failed = threading.Event(), None
         self.thread = threading.Thread(target=self._run, name="translator", daemon=True)
         self.batches: list[int] = []  # jobs per decoded batch (for tests and the benchmark)
+        self.last_decode = 0.0  # seconds the last batch took to decode
 
     def start(self) -> Translator:
         self.thread.start()
@@ -81,16 +85,20 @@ class Batcher:
         finally:
             self.ready.set()
         while (batch := self._gather()) is not None:
+            start = time.monotonic()
             self._decode(batch)
+            self.last_decode = time.monotonic() - start
 
     def _gather(self) -> list[Job] | None:
         """The next batch: a first job, then more for as long as they keep coming, each within ``max_wait``
-        of the last (at most ``WAITS`` times ``max_wait`` in all), while the source tokens stay under
+        of the last (in all at most ``WAITS`` times ``max_wait``, or ``GATHER_SHARE`` of the last batch's
+        decoding time if longer), while the source tokens stay under
         ``max_tokens`` (counted as characters / 4, before tokenizing). None: stop."""
         first = self.jobs.get()
         if first is None:
             return None
-        batch, size, deadline = [first], _size(first), time.monotonic() + WAITS * self.max_wait
+        window = max(WAITS * self.max_wait, GATHER_SHARE * self.last_decode)
+        batch, size, deadline = [first], _size(first), time.monotonic() + window
         while size < self.max_tokens and (left := min(self.max_wait, deadline - time.monotonic())) > 0:
             try:
                 job = self.jobs.get(timeout=left)
