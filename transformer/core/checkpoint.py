@@ -86,10 +86,16 @@ def tokenizer_to_tensor(tokenizer: Tokenizer) -> torch.Tensor:
     return torch.frombuffer(bytearray(tokenizer.to_bytes()), dtype=torch.uint8)
 
 
-def tokenizer_from_tensor(data: torch.Tensor, read_tokenizer: Callable[[bytes], Any] = Tokenizer.from_bytes):
+def tokenizer_from_tensor(
+    data: torch.Tensor, where: str, read_tokenizer: Callable[[bytes], Any] = Tokenizer.from_bytes
+):
     """A checkpoint's ``tokenizer`` tensor -> the tokenizer (``read_tokenizer`` of its bytes: ours, or one
-    that also reads a released model's, ``training.model_formats.read_tokenizer``)."""
-    return read_tokenizer(bytes(data.numpy().tobytes()))
+    that also reads a released model's, ``training.model_formats.read_tokenizer``); bytes it cannot read
+    are a ``CheckpointError`` that starts with ``where``."""
+    try:
+        return read_tokenizer(bytes(data.numpy().tobytes()))
+    except (ValueError, RuntimeError, zipfile.BadZipFile) as error:
+        raise CheckpointError(f"{where}: its tokenizer cannot be read: {error}") from None
 
 
 def load_for_inference(
@@ -99,10 +105,7 @@ def load_for_inference(
 ):
     """checkpoint -> (model in eval mode on ``device``, tokenizer, config)."""
     state = load_checkpoint(path)
-    try:
-        tokenizer = tokenizer_from_tensor(state["tokenizer"], read_tokenizer)
-    except (ValueError, RuntimeError, zipfile.BadZipFile) as error:
-        raise CheckpointError(f"checkpoint {path}: its tokenizer cannot be read: {error}") from None
+    tokenizer = tokenizer_from_tensor(state["tokenizer"], f"checkpoint {path}", read_tokenizer)
     try:
         config = config_from_dict(state["config"])
         model = build_model(config.model, tokenizer)

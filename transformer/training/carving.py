@@ -21,7 +21,6 @@ from transformer.training.corpus import (
     ParallelText,
     ReadWhole,
     Split,
-    file_facts,
 )
 
 SIZE_KEYS = {"validation": "valid_size", "test": "test_size"}  # split -> the data.* key that carves it
@@ -68,7 +67,7 @@ def count_pairs(split: Split) -> int:
     """The number of pairs, without holding a streamed split's text (a file's lines are counted)."""
     if isinstance(split, Carved):
         return len(split)
-    return file_facts(split.src_path)[1] if isinstance(split, ParallelFiles) else len(split)
+    return split.facts[0][1] if isinstance(split, ParallelFiles) else len(split)  # what fingerprint reads
 
 
 def pairs_at(split: Split, indices: list[int]) -> ParallelText:

@@ -106,10 +106,15 @@ class ParallelFiles(ReadWhole):
     def sentences(self) -> Iterator[str]:
         return itertools.chain(iter_lines(self.src_path), iter_lines(self.tgt_path))
 
+    @cached_property
+    def facts(self) -> tuple[tuple[str, int], tuple[str, int]]:
+        """(SHA-256, lines) of each file (``file_facts``), read once."""
+        return file_facts(self.src_path), file_facts(self.tgt_path)
+
     def fingerprint(self) -> str:
         """SHA-256 over the two files' own SHA-256 (their bytes, wherever they are); an empty file, or files
         of different lengths, are a ``DataError`` here, before any run folder is written."""
-        (src_sha, src_lines), (tgt_sha, tgt_lines) = file_facts(self.src_path), file_facts(self.tgt_path)
+        (src_sha, src_lines), (tgt_sha, tgt_lines) = self.facts
         if src_lines != tgt_lines:
             raise DataError(f"parallel files differ in length: {self.src_path} has {src_lines} lines, "
                             f"{self.tgt_path} has {tgt_lines}")  # fmt: skip

@@ -17,7 +17,6 @@ fine-tuning run reads its own ``last.pt`` as usual (the source decides only the 
 """
 
 import dataclasses
-import zipfile
 from dataclasses import dataclass
 
 import torch
@@ -47,10 +46,7 @@ def load_source(path: str) -> Source:
     if is_released(path):
         return released_source(path)
     checkpoint = load_checkpoint(path)
-    try:
-        tokenizer = tokenizer_from_tensor(checkpoint["tokenizer"], read_tokenizer)
-    except (ValueError, RuntimeError, zipfile.BadZipFile) as error:
-        raise CheckpointError(f"train.init_from={path}: its tokenizer cannot be read: {error}") from None
+    tokenizer = tokenizer_from_tensor(checkpoint["tokenizer"], f"train.init_from={path}", read_tokenizer)
     try:
         config = config_from_dict(checkpoint["config"])
     except (ConfigError, KeyError, ValueError) as error:
