@@ -269,6 +269,7 @@ def test_the_batcher_decodes_what_arrives_together_as_one_batch_and_skips_cancel
     results = [f.result(timeout=60) for f in futures if not f.cancelled()]
     batcher.stop()
     assert batcher.batches == [8]  # every live job in one batch, the cancelled one left out
+    assert batcher.last_decode > 0  # what the next batch's gathering window is sized by
     assert [r[0]["text"] for r in results] == translator.translate(LINES * 2)
 
 
