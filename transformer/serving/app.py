@@ -1,28 +1,30 @@
-"""The service's routes: ``POST /translate``, ``GET /health``, ``GET /model`` and the page at ``/``.
+"""The service's routes: ``POST /translate``, ``GET /health``, ``GET /model``, the page at ``/``, the OpenAPI
+schema and its page, and LibreTranslate's API under ``/libretranslate/`` (``libretranslate.py``).
 
-Every route but ``/health`` needs ``Authorization: Bearer KEY`` when the service was given an API key. A
-body over the size limit is refused (413) before it is read whole; a malformed one gets 4xx with a message
-naming the field, and the service goes on.
+Every route that gives data or work (everything but ``/health``, the page and its files) needs the API key
+when the service was given one (``keys.py``). A body over the size limit is refused (413) before it is read
+whole; a malformed one gets a 4xx with a message naming the field; a full queue a 503 with Retry-After; a
+failure while translating a 500 with one line: always ``{"error": "..."}``, and the service goes on.
 """
 
 import asyncio
 import dataclasses
-import secrets
-from contextlib import asynccontextmanager
-from pathlib import Path
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import Response
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
 from transformer.inference.translator import Translator
 from transformer.serving.batcher import Batcher, Job
+from transformer.serving.handling import ERRORS, Refused, error_response, json_response, run_job
+from transformer.serving.keys import ApiKey
+from transformer.serving.libretranslate import add_libretranslate_routes
+from transformer.serving.pages import add_pages
 from transformer.serving.schema import Limits, request_model
 from transformer.training.model_formats import load_model
-
-STATIC = Path(__file__).with_name("static")
-STATIC_FILES = ("page.js", "page.css")  # what the page loads besides index.html
+from transformer.training.precision import resolve_device
 
 
 class Service:
@@ -33,10 +35,11 @@ class Service:
         self.config = None
 
     def make_translator(self) -> Translator:
-        model, tokenizer, self.config = load_model(self.checkpoint, self.device)
-        return Translator(model, tokenizer, self.config.eval, self.device, self.precision)
+        device = resolve_device(self.device)
+        model, tokenizer, self.config = load_model(self.checkpoint, device)
+        return Translator(model, tokenizer, self.config.eval, device, self.precision)
 
-    def describe(self, translator: Translator) -> dict:
+    def describe(self, translator: Translator, limits: Limits, max_queue: int) -> dict:
         config, model = self.config, translator.model
         return {
             "checkpoint": str(self.checkpoint),
@@ -50,6 +53,7 @@ class Service:
             "precision": self.precision,
             "device": str(translator.device),
             "evaluation": dataclasses.asdict(config.eval),
+            "limits": limits.model_dump() | {"max_queue": max_queue},
         }
 
 
@@ -62,122 +66,116 @@ def field_errors(error: RequestValidationError) -> str:
         if item["type"] == "json_invalid":
             where, message = "body", f"not valid JSON ({item.get('ctx', {}).get('error', message)})"
         elif item["type"] == "extra_forbidden":
-            message = "unknown field (known: texts, beam, nbest, with_scores, alignments, attention, prefix)"
+            message = "unknown field (known: texts, beam, nbest, with_scores, alignments, attention)"
         parts.append(message if item["type"] == "value_error" and where == "body" else f"{where}: {message}")
     return "; ".join(parts)
 
 
-class BodyLimit:
-    """Refuse a request body over ``limit`` bytes with 413: at once when its Content-Length says so, else as
-    soon as the bytes received pass the limit (a chunked body), without reading the rest."""
-
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        too_large = JSONResponse({"error": f"body: over the limit of {self.limit} bytes"}, status_code=413)
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            return await too_large(scope, receive, send)
-        received = 0
-
-        async def counted():
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.limit:
-                raise _TooLarge
-            return message
-
-        try:
-            await self.app(scope, counted, send)
-        except _TooLarge:
-            await too_large(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    pass
-
-
 def create_app(
-    checkpoint: str, device: str = "cpu", precision: str = "auto", api_key: str | None = None,
-    limits: Limits | None = None, max_wait_ms: float = 25.0, max_tokens: int = 8000,
-) -> FastAPI:  # fmt: skip
-    """The app for one model. The model is loaded when the app starts, in the worker thread that decodes."""
+    checkpoint: str, device: str = "auto", precision: str = "auto", api_key: str | None = None,
+    limits: Limits | None = None, max_wait_ms: float = 25.0, max_tokens: int = 8000, max_queue: int = 1024,
+) -> "BodyLimit":  # fmt: skip
+    """The app for one model, its model loaded now, in the worker thread that will decode: a bad
+    checkpoint, device or precision raises here (CheckpointError, DeviceError, ValueError)."""
     limits = limits or Limits()
     service = Service(checkpoint, device, precision)
-    batcher = Batcher(service.make_translator, max_wait_ms, max_tokens)
-    state: dict = {}
+    batcher = Batcher(service.make_translator, max_wait_ms, max_tokens, max_queue)
+    translator = batcher.start()
+    description = service.describe(translator, limits, max_queue)
 
-    @asynccontextmanager
     async def lifespan(app: FastAPI):
-        translator = await asyncio.to_thread(batcher.start)
-        state["model"] = service.describe(translator)
         yield
         await asyncio.to_thread(batcher.stop)  # the requests in flight are answered first
 
-    # the OpenAPI schema and its page are routes of their own below, behind the API key like the rest
-    title = "transformer-mt translation service"
-    app = FastAPI(title=title, lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.batcher = batcher
-    TranslateRequest = request_model(limits)
+    # the OpenAPI schema and its page are routes of their own (pages.py), behind the API key like the rest
+    app = FastAPI(title="transformer-mt translation service", lifespan=lifespan, docs_url=None,
+                  redoc_url=None, openapi_url=None)  # fmt: skip
+    app.state.batcher, app.state.key = batcher, ApiKey(api_key)
 
-    async def authorized(authorization: str | None = Header(None)) -> None:
-        if api_key is not None and not secrets.compare_digest(authorization or "", f"Bearer {api_key}"):
+    async def authorized(request: Request) -> None:
+        if not app.state.key.admits(request):
             raise HTTPException(401, "Authorization: Bearer KEY is missing or wrong")
 
+    add_error_handlers(app)
+    add_api_routes(app, authorized, request_model(limits, translator.settings.beam_size), description)
+    add_libretranslate_routes(app, limits, description, translator.settings.beam_size)
+    add_pages(app, authorized)
+    return BodyLimit(app, limits.max_body_bytes)
+
+
+def add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError):
-        return JSONResponse({"error": field_errors(error)}, status_code=422)
+        return error_response(422, field_errors(error))
 
-    @app.exception_handler(HTTPException)
+    @app.exception_handler(HTTPException)  # FastAPI's and Starlette's own (404, 405)
     async def refused(request: Request, error: HTTPException):
-        return JSONResponse({"error": error.detail}, status_code=error.status_code)
+        if error.status_code == 400 and error.detail == "There was an error parsing the body":
+            return error_response(422, "body: not valid JSON (not UTF-8 text)")  # FastAPI's words
+        return error_response(error.status_code, str(error.detail), error.headers)
 
-    @app.post("/translate", dependencies=[Depends(authorized)])
-    async def translate(body: TranslateRequest) -> dict:
+    @app.exception_handler(Refused)
+    async def refused_job(request: Request, error: Refused):
+        return error_response(error.status, error.message, error.headers)
+
+
+def add_api_routes(app: FastAPI, authorized, TranslateRequest: type[BaseModel], description: dict) -> None:
+    batcher = app.state.batcher
+
+    @app.post("/translate", dependencies=[Depends(authorized)], responses=ERRORS)
+    async def translate(body: TranslateRequest, request: Request) -> Response:
         """One answer per text, in order: {"text"} (+ "score", "alignment", "attention" when asked); with
-        nbest > 1 a list of them, best first."""
-        job = Job(body.texts, body.beam, body.nbest, body.with_scores, body.alignments, body.attention,
-                  body.prefix)  # fmt: skip
-        try:
-            translations = await asyncio.wrap_future(batcher.submit(job))
-        except ValueError as error:  # e.g. a prefix the tokenizer cannot encode
-            raise HTTPException(422, str(error)) from None
-        return {"translations": translations}
+        nbest > 1 a list of them, best first. A text may be {"text", "prefix"}: its translation then starts
+        with the prefix. "attention" is every layer's and head's cross-attention, as float16 base64 with its
+        shape [layers, heads, target pieces, source pieces]."""
+        job = Job(body.sources, body.beam, body.nbest, body.with_scores, body.alignments, body.attention,
+                  body.prefixes)  # fmt: skip
+        return await json_response({"translations": await run_job(batcher, job, request)})
 
     @app.get("/health")
     async def health() -> dict:
         return {"status": "ok"}
 
-    @app.get("/model", dependencies=[Depends(authorized)])
+    @app.get("/model", dependencies=[Depends(authorized)], responses={401: ERRORS[401]})
     async def model() -> dict:
-        return state["model"]
-
-    add_pages(app, authorized)
-    return BodyLimit(app, limits.max_body_bytes)
+        return description
 
 
-def add_pages(app: FastAPI, authorized) -> None:
-    """The routes a browser reads: the page and its files, the OpenAPI schema and its page, each behind the
-    API key (the ``authorized`` dependency)."""
+class BodyLimit:
+    """Refuse a request body over ``limit`` bytes with 413: at once when its Content-Length says so; a body
+    without one (chunked) is read here up to the limit, refused as soon as it passes it, else handed on."""
 
-    @app.get("/", dependencies=[Depends(authorized)], include_in_schema=False)
-    async def page():
-        return FileResponse(STATIC / "index.html")
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+        self.state = app.state  # the app's batcher and key, for serve.py and the tests
 
-    @app.get("/openapi.json", dependencies=[Depends(authorized)], include_in_schema=False)
-    async def openapi() -> dict:
-        return app.openapi()
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        too_large = error_response(413, f"body: over the limit of {self.limit} bytes")
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None:
+            if length.isdigit() and int(length) > self.limit:
+                return await too_large(scope, receive, send)
+            return await self.app(scope, receive, send)
+        chunks, received = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left
+                return
+            chunks.append(message.get("body", b""))
+            received += len(chunks[-1])
+            if received > self.limit:
+                return await too_large(scope, receive, send)
+            if not message.get("more_body", False):
+                break
+        whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
 
-    @app.get("/docs", dependencies=[Depends(authorized)], include_in_schema=False)
-    async def docs():  # Swagger UI, its script from its CDN: the one page here that needs the network
-        return get_swagger_ui_html(openapi_url="/openapi.json", title=app.title)
+        async def replay():
+            nonlocal whole
+            if whole is not None:
+                message, whole = whole, None
+                return message
+            return await receive()
 
-    @app.get("/static/{name}", dependencies=[Depends(authorized)], include_in_schema=False)
-    async def static(name: str):
-        if name not in STATIC_FILES:
-            raise HTTPException(404, f"no file {name}")
-        return FileResponse(STATIC / name)
+        await self.app(scope, replay, send)

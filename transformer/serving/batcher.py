@@ -1,17 +1,26 @@
 """Dynamic batching: one worker thread owns the ``Translator`` and decodes what the requests queued together.
 
     request threads / event loop          worker thread (built the Translator, decodes)
-    submit(job) -> Future  ──queue──▶     wait for a first job, then gather more while they come
-                                          (each within ``max_wait_ms`` of the last) or until
-                                          ``max_tokens`` source tokens; group the jobs by their
-    await the Future       ◀──results──   decoding options; one translate_ids call per group; each job
-                                          gets its own lines back, in order
+    submit(job) -> Future  ──queue──▶     wait for a first job; when callers are many, gather more
+      (QueueFull past max_queue texts)    while they come (each within ``max_wait_ms`` of the last) or
+                                          until ``max_tokens`` source tokens; group the jobs by their
+    await the Future       ◀──results──   decoding options; decode each group (answers.py); each job
+                                          gets its own lines back, in order, or its own error
 
 The ``Translator`` is built in the worker thread, the one that decodes: PyTorch's CPU thread pool is then
-used from one thread only (``Translator._check_thread`` explains why that matters). A job whose caller went
-away (its Future cancelled) is dropped before decoding, and cannot disturb the others' results.
+used from one thread only (``Translator._check_thread`` explains why that matters).
+
+What the service promises its callers, and where it is kept:
+  - a lone caller is never kept waiting for company: a batch gathers only when the last batch held more
+    than one job, or more jobs are already queued (``_gather``);
+  - the queue holds at most ``max_queue`` texts; ``submit`` refuses more at once (``QueueFull``);
+  - a job whose caller went away (its Future cancelled) is dropped before it is decoded: each group is
+    decoded in parts of about one decoding batch, and each part starts only with the jobs still wanted;
+  - a job that fails fails alone (``answers.answer_group``);
+  - nothing is kept per batch: memory does not grow with the life of the process.
 """
 
+import math
 import queue
 import threading
 import time
@@ -19,8 +28,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 
-from transformer.inference.alignment import pharaoh
 from transformer.inference.translator import Translator
+from transformer.serving.answers import answer_group
 
 
 @dataclass
@@ -29,17 +38,27 @@ class Job:
 
     texts: list[str]
     beam: int
-    nbest: int
-    with_scores: bool
-    alignments: bool
-    attention: bool
-    prefix: list[str] | None
+    nbest: int = 1
+    with_scores: bool = False
+    alignments: bool = False
+    attention: bool = False
+    prefixes: list[str] | None = None  # per text, target text its translation starts with ("" = none)
     future: Future = field(default_factory=Future)
 
     @property
     def group(self) -> tuple:
         """Jobs with the same key are decoded in one call."""
         return self.beam, self.nbest, self.with_scores
+
+
+class QueueFull(Exception):
+    """The queue holds ``max_queue`` texts already; ``retry_after``: seconds until it has likely drained."""
+
+    def __init__(self, queued: int, max_queue: int, retry_after: int):
+        super().__init__(
+            f"busy: {queued} texts are queued, the limit is {max_queue}; retry in {retry_after} s"
+        )
+        self.retry_after = retry_after
 
 
 WAITS = 4  # a batch that keeps growing closes after this many max_wait at most, or after
@@ -52,14 +71,21 @@ class Batcher:
     """The worker thread and its queue. ``start`` builds the translator in the worker (``make``: a function
     that returns it) and waits until it is ready; ``stop`` lets the queued jobs finish, then ends it."""
 
-    def __init__(self, make: Callable[[], Translator], max_wait_ms: float = 25.0, max_tokens: int = 8000):
+    def __init__(
+        self, make: Callable[[], Translator], max_wait_ms: float = 25.0, max_tokens: int = 8000,
+        max_queue: int = 1024,
+    ):  # fmt: skip
         self.make, self.max_wait, self.max_tokens = make, max_wait_ms / 1000.0, max_tokens
+        self.max_queue = max_queue
         self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.queued, self.lock = 0, threading.Lock()  # texts in the queue, not yet taken by the worker
         self.translator: Translator | None = None
         self.ready, self.failed = threading.Event(), None
         self.thread = threading.Thread(target=self._run, name="translator", daemon=True)
-        self.batches: list[int] = []  # jobs per decoded batch (for tests and the benchmark)
+        self.last_batch = 0  # jobs in the last batch: more than one means callers are many
         self.last_decode = 0.0  # seconds the last batch took to decode
+        self.texts_per_second = 0.0  # of the last batch (Retry-After's estimate)
+        self.batches = 0  # batches decoded so far
 
     def start(self) -> Translator:
         self.thread.start()
@@ -69,8 +95,18 @@ class Batcher:
         return self.translator
 
     def submit(self, job: Job) -> Future:
+        """Queue ``job``; QueueFull if the queue would then hold more than ``max_queue`` texts."""
+        with self.lock:
+            if self.queued + len(job.texts) > self.max_queue:
+                raise QueueFull(self.queued, self.max_queue, self._retry_after())
+            self.queued += len(job.texts)
         self.jobs.put(job)
         return job.future
+
+    def _retry_after(self) -> int:
+        if self.texts_per_second <= 0:
+            return 1
+        return min(60, max(1, math.ceil(self.queued / self.texts_per_second)))
 
     def stop(self) -> None:
         self.jobs.put(None)
@@ -86,22 +122,40 @@ class Batcher:
             self.ready.set()
         while (batch := self._gather()) is not None:
             start = time.monotonic()
-            self._decode(batch)
+            decoded = self._decode(batch)
             self.last_decode = time.monotonic() - start
+            self.last_batch, self.batches = len(batch), self.batches + 1
+            if decoded:
+                self.texts_per_second = decoded / max(self.last_decode, 1e-3)
+
+    def _take(self, timeout: float | None = None) -> Job | None:
+        """The next job whose caller is still there (None: stop); queue.Empty after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            job = self.jobs.get(timeout=left) if left != 0.0 else self.jobs.get_nowait()
+            if job is None:
+                return None
+            with self.lock:
+                self.queued -= len(job.texts)
+            if not job.future.cancelled():
+                return job
 
     def _gather(self) -> list[Job] | None:
-        """The next batch: a first job, then more for as long as they keep coming, each within ``max_wait``
-        of the last (in all at most ``WAITS`` times ``max_wait``, or ``GATHER_SHARE`` of the last batch's
-        decoding time if longer), while the source tokens stay under
+        """The next batch: a first job, then, when callers are many, more for as long as they keep coming,
+        each within ``max_wait`` of the last (in all at most ``WAITS`` times ``max_wait``, or
+        ``GATHER_SHARE`` of the last batch's decoding time if longer), while the source tokens stay under
         ``max_tokens`` (counted as characters / 4, before tokenizing). None: stop."""
-        first = self.jobs.get()
+        first = self._take()
         if first is None:
             return None
+        if self.last_batch <= 1 and self.jobs.empty():  # a lone caller: decode at once
+            return [first]
         window = max(WAITS * self.max_wait, GATHER_SHARE * self.last_decode)
         batch, size, deadline = [first], _size(first), time.monotonic() + window
         while size < self.max_tokens and (left := min(self.max_wait, deadline - time.monotonic())) > 0:
             try:
-                job = self.jobs.get(timeout=left)
+                job = self._take(timeout=left)
             except queue.Empty:
                 break
             if job is None:  # stop after this batch
@@ -111,68 +165,43 @@ class Batcher:
             size += _size(job)
         return batch
 
-    def _decode(self, batch: list[Job]) -> None:
-        live = [job for job in batch if job.future.set_running_or_notify_cancel()]  # callers still there
-        self.batches.append(len(live))
+    def _decode(self, batch: list[Job]) -> int:
+        """Answer every job of ``batch`` still wanted; the number of texts decoded."""
         groups: dict[tuple, list[Job]] = {}
-        for job in live:
+        for job in batch:
             groups.setdefault(job.group, []).append(job)
+        decoded = 0
+        part_tokens = max(1, self.translator.settings.max_tokens // 2)  # about one decoding batch
         for jobs in groups.values():
-            try:
-                answers = answer_jobs(self.translator, jobs)
-            except Exception as error:  # noqa: BLE001 -- each caller gets the error of its group
-                answers = [error] * len(jobs)
-            for job, answer in zip(jobs, answers):
-                try:
-                    if isinstance(answer, Exception):
-                        job.future.set_exception(answer)
-                    else:
-                        job.future.set_result(answer)
-                except InvalidStateError:  # cancelled meanwhile: nobody waits for it
-                    pass
+            for part in _parts(jobs, part_tokens):
+                live = [job for job in part if job.future.set_running_or_notify_cancel()]  # callers there
+                for job, answer in zip(live, answer_group(self.translator, live)):
+                    _deliver(job, answer)
+                decoded += sum(len(job.texts) for job in live)
+        return decoded
+
+
+def _parts(jobs: list[Job], tokens: int) -> list[list[Job]]:
+    """``jobs`` in consecutive parts of about ``tokens`` source tokens each (a job is never split)."""
+    parts, size = [[]], 0
+    for job in jobs:
+        if parts[-1] and size + _size(job) > tokens:
+            parts.append([])
+            size = 0
+        parts[-1].append(job)
+        size += _size(job)
+    return parts
+
+
+def _deliver(job: Job, answer: list | Exception) -> None:
+    try:
+        if isinstance(answer, Exception):
+            job.future.set_exception(answer)
+        else:
+            job.future.set_result(answer)
+    except InvalidStateError:  # cancelled meanwhile: nobody waits for it
+        pass
 
 
 def _size(job: Job) -> int:
     return sum(len(text) for text in job.texts) // 4 + len(job.texts)
-
-
-def answer_jobs(translator: Translator, jobs: list[Job]) -> list[list]:
-    """Decode the texts of jobs with the same options in one call; per job, one answer per text."""
-    beam, nbest, with_scores = jobs[0].group
-    texts = [text for job in jobs for text in job.texts]
-    prefixes = None
-    if any(job.prefix for job in jobs):
-        prefix_texts = [p for job in jobs for p in (job.prefix or [""] * len(job.texts))]
-        prefixes = translator.encode_targets(prefix_texts, "prefix {n}")
-    sources = translator.encode(texts, "text {n}")
-    found = translator.translate_ids(sources, beam, nbest if nbest > 1 else None, with_scores, prefixes)
-    answers, start = [], 0
-    for job in jobs:
-        rows = range(start, start + len(job.texts))
-        answers.append([answer(translator, job, sources[i], found[i]) for i in rows])
-        start += len(job.texts)
-    return answers
-
-
-def answer(translator: Translator, job: Job, source: list[int] | None, hyps) -> dict | list[dict]:
-    """One text's answer: its translation (``nbest`` > 1: a list of them, best first) with what was asked."""
-    entries = []
-    for rank, hyp in enumerate(hyps):
-        entry = {"text": translator.decode(hyp.ids)}
-        if job.with_scores or job.nbest > 1:
-            entry["score"] = hyp.log_prob
-        if rank == 0 and (job.alignments or job.attention) and source is not None:
-            attention = translator.attention_ids(source, hyp.ids, hyp.ended)
-            if job.alignments:
-                entry["alignment"] = pharaoh(translator.alignments_of(attention))
-            if job.attention:
-                entry["attention"] = {
-                    "source_pieces": attention.source_pieces,
-                    "target_pieces": attention.target_pieces,
-                    "cross": [
-                        [[[round(x, 5) for x in row] for row in head] for head in layer.tolist()]
-                        for layer in attention.cross
-                    ],  # fmt: skip  # [layer][head][target][source]
-                }
-        entries.append(entry)
-    return entries if job.nbest > 1 else entries[0]

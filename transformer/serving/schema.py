@@ -1,44 +1,129 @@
-"""What a request may hold, checked field by field (an unknown field is refused by name), and its limits."""
+"""What a request may hold, checked field by field (an unknown field is refused by name), and its limits.
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+The OpenAPI document states every rule the handler checks, so that a client generated from it, or a fuzzer
+driven by it, never meets a refusal the document did not announce: lengths and ranges as JSON Schema
+keywords, and the two rules that tie fields together as ``anyOf`` branches:
+  - ``nbest`` at most ``beam`` (one branch per value of ``nbest``);
+  - with ``attention``, at most ``max_attention_texts`` texts of at most ``max_attention_chars`` characters
+    each (the weights grow as layers x heads x target x source: these bound the answer's size).
+A text's prefix travels with it (``{"text": ..., "prefix": ...}``), so there is nothing to count.
+"""
+
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 
 class Limits(BaseModel):
     """The service's limits (``serve.py`` flags): refused above them with a 4xx naming the field."""
 
     max_texts: int = 64  # texts per request
-    max_chars: int = 2000  # characters per text
+    max_chars: int = 2000  # characters per text, and per prefix
     max_beam: int = 16
+    max_attention_texts: int = 4  # texts per request that asks for attention
+    max_attention_chars: int = 300  # characters per text and prefix of a request that asks for attention
     max_body_bytes: int = 1 << 20  # a body over this is refused before it is read whole
 
 
-def request_model(limits: Limits) -> type[BaseModel]:
-    """The ``POST /translate`` body for these limits."""
+def unicode_error(text: str) -> str | None:
+    """Why ``text`` is not valid Unicode (a lone surrogate: JSON's ``\\ud800`` escapes allow one), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return (
+            f"not valid Unicode (a lone surrogate U+{ord(text[error.start]):04X} at character {error.start})"
+        )
+    return None
+
+
+def whole_number(value):
+    """JSON's integers: 4 and 4.0 (JSON Schema counts both as integers), not "4" or true."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Integer = Annotated[int, BeforeValidator(whole_number)]
+
+
+class PrefixedText(BaseModel):
+    """A text whose translation must start with ``prefix`` (target text, exact to the sub-word)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: str
+    prefix: str
+
+
+def text_schema(max_chars: int) -> dict:
+    """A texts entry: a string, or an object with its prefix, each of at most ``max_chars`` characters."""
+    string = {"type": "string", "maxLength": max_chars}
+    prefixed = {"type": "object", "properties": {"text": string, "prefix": string},
+                "required": ["text", "prefix"], "additionalProperties": False}  # fmt: skip
+    return {"anyOf": [string, prefixed]}
+
+
+def cross_field_rules(limits: Limits, default_beam: int) -> list[dict]:
+    """The rules between fields, as JSON Schema (see the module docstring): every one must hold."""
+    nbest = [{"properties": {"nbest": {"maximum": 1}}}]  # absent or 1: any beam
+    for n in range(2, limits.max_beam + 1):
+        branch = {"properties": {"nbest": {"const": n}, "beam": {"minimum": n}}, "required": ["nbest"]}
+        if n > default_beam:  # the default beam is too small: beam must be given
+            branch["required"] = ["nbest", "beam"]
+        nbest.append(branch)
+    small = {"type": "array", "maxItems": limits.max_attention_texts,
+             "items": text_schema(limits.max_attention_chars)}  # fmt: skip
+    attention = [{"properties": {"attention": {"const": False}}}, {"properties": {"texts": small}}]
+    return [{"anyOf": nbest}, {"anyOf": attention}]
+
+
+def request_model(limits: Limits, default_beam: int = 1) -> type[BaseModel]:
+    """The ``POST /translate`` body for these limits; ``beam`` defaults to the model's ``eval.beam_size``."""
+    default_beam = min(default_beam, limits.max_beam)
+
+    def add_rules(schema: dict) -> None:
+        schema["properties"]["texts"]["items"] = text_schema(limits.max_chars)
+        schema["allOf"] = cross_field_rules(limits, default_beam)
 
     class TranslateRequest(BaseModel):
-        model_config = ConfigDict(extra="forbid", strict=True)
+        model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=add_rules)
 
-        texts: list[str] = Field(min_length=1, max_length=limits.max_texts)
-        beam: int = Field(1, ge=1, le=limits.max_beam)
-        nbest: int = Field(1, ge=1)
+        texts: list[str | PrefixedText] = Field(min_length=1, max_length=limits.max_texts)
+        beam: Integer = Field(default_beam, ge=1, le=limits.max_beam)
+        nbest: Integer = Field(1, ge=1, le=limits.max_beam)
         with_scores: bool = False
         alignments: bool = False
-        attention: bool = False
-        prefix: list[str] | None = None  # per text, target text its translation starts with ("" = none)
+        attention: bool = False  # every layer's and head's cross-attention weights (answers.py: the format)
 
         @model_validator(mode="after")
         def consistent(self):
-            for n, text in enumerate(self.texts):
-                if len(text) > limits.max_chars:
-                    raise ValueError(
-                        f"texts.{n}: {len(text)} characters, over the limit of {limits.max_chars}"
-                    )
+            chars = limits.max_attention_chars if self.attention else limits.max_chars
+            if self.attention and len(self.texts) > limits.max_attention_texts:
+                raise ValueError(f"texts: {len(self.texts)} texts with attention, over the limit of "
+                                 f"{limits.max_attention_texts}")  # fmt: skip
+            for n, entry in enumerate(self.texts):
+                fields = (
+                    {"": entry} if isinstance(entry, str) else {".text": entry.text, ".prefix": entry.prefix}
+                )
+                for name, text in fields.items():
+                    where = f"texts.{n}{name}"
+                    if (problem := unicode_error(text)) is not None:
+                        raise ValueError(f"{where}: {problem}")
+                    if len(text) > chars:
+                        with_attention = " with attention" if self.attention else ""
+                        raise ValueError(f"{where}: {len(text)} characters, over the limit of {chars}"
+                                         f"{with_attention}")  # fmt: skip
             if self.nbest > self.beam:
                 raise ValueError(f"nbest: {self.nbest} is more than beam={self.beam}: give beam >= nbest")
-            if self.prefix is not None and len(self.prefix) != len(self.texts):
-                raise ValueError(
-                    f"prefix: {len(self.prefix)} entries for {len(self.texts)} texts: one per text"
-                )
             return self
+
+        @property
+        def sources(self) -> list[str]:
+            return [entry if isinstance(entry, str) else entry.text for entry in self.texts]
+
+        @property
+        def prefixes(self) -> list[str] | None:
+            """Per text its prefix ("" for none); None when no text has one."""
+            if all(isinstance(entry, str) for entry in self.texts):
+                return None
+            return ["" if isinstance(entry, str) else entry.prefix for entry in self.texts]
 
     return TranslateRequest

@@ -5,20 +5,47 @@
 
 const $ = (id) => document.getElementById(id);
 let chosen = null;  // the translation being inspected: {text, alignment, attention}
+const KEY = "transformer_mt_key";  // the API key: kept for this tab, and as a cookie for /docs
+let key = sessionStorage.getItem(KEY);
+let limits = {max_attention_texts: 4, max_attention_chars: 300};  // the service's, from GET /model
+
+function authorization() {
+  return key === null ? {} : {"Authorization": `Bearer ${key}`};
+}
+
+async function call(path, options = {}) {
+  // fetch with the API key; a 401 shows the key form and is thrown like any other error
+  const response = await fetch(path, {...options, headers: {...(options.headers || {}), ...authorization()}});
+  const answer = await response.json();
+  if (response.status === 401) $("key-form").hidden = false;
+  if (!response.ok) throw new Error(answer.error || response.statusText);
+  return answer;
+}
 
 async function post(body) {
-  const response = await fetch("/translate", {
-    method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body),
-  });
-  const answer = await response.json();
-  if (!response.ok) throw new Error(answer.error || response.statusText);
-  return answer.translations;
+  const headers = {"Content-Type": "application/json"};
+  const answer = await call("/translate", {method: "POST", headers, body: JSON.stringify(body)});
+  return answer.translations.map((entry) => (Array.isArray(entry) ? entry : [entry]).map(unpackAttention));
+}
+
+function useKey(event) {
+  event.preventDefault();
+  key = $("key").value;
+  sessionStorage.setItem(KEY, key);
+  document.cookie = `${KEY}=${encodeURIComponent(key)}; path=/; SameSite=Strict`;
+  $("key-form").hidden = true;
+  describeModel();
 }
 
 async function describeModel() {
-  const response = await fetch("/model");
-  if (!response.ok) return;
-  const m = await response.json();
+  let m;
+  try {
+    m = await call("/model");
+  } catch (error) {
+    $("model").textContent = `the model's description: ${error.message}`;
+    return;
+  }
+  limits = m.limits;
   $("model").textContent = `${m.source_language} → ${m.target_language}: ${m.decoder_layers} decoder layers, ` +
     `${m.heads} heads, ${(m.parameters / 1e6).toFixed(2)}M parameters, vocabulary ${m.vocab_size}`;
 }
@@ -29,12 +56,36 @@ async function translate(event) {
   const beam = Number($("beam").value), nbest = Number($("nbest").value);
   $("status").textContent = "translating…";
   try {
-    const found = await post({texts, beam, nbest, with_scores: true, alignments: true, attention: true});
-    showResults(texts, found.map((entry) => (Array.isArray(entry) ? entry : [entry])));
+    const attention = texts.length <= limits.max_attention_texts &&
+      texts.every((text) => text.length <= limits.max_attention_chars);  // else translations alone
+    showResults(texts, await post({texts, beam, nbest, with_scores: true, alignments: true, attention}));
     $("status").textContent = "";
   } catch (error) {
     $("status").textContent = `error: ${error.message}`;
   }
+}
+
+function float16(bits) {
+  // an IEEE half-precision number from its 16 bits
+  const sign = bits & 0x8000 ? -1 : 1, exponent = (bits >> 10) & 0x1f, fraction = bits & 0x3ff;
+  if (exponent === 0) return sign * 2 ** -14 * (fraction / 1024);
+  if (exponent === 31) return fraction ? NaN : sign * Infinity;
+  return sign * 2 ** (exponent - 15) * (1 + fraction / 1024);
+}
+
+function unpack({shape, data}) {
+  // {"dtype": "float16", "shape", "data": base64 little-endian} -> nested arrays of that shape
+  const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+  const view = new DataView(bytes.buffer);
+  let i = 0;
+  const build = (dims) => (dims.length === 0 ? float16(view.getUint16(2 * i++, true))
+    : Array.from({length: dims[0]}, () => build(dims.slice(1))));
+  return build(shape);
+}
+
+function unpackAttention(hyp) {
+  if (hyp.attention) hyp.attention.cross = unpack(hyp.attention.cross);  // [layer][head][target][source]
+  return hyp;
 }
 
 function showResults(texts, found) {
@@ -161,6 +212,7 @@ function escape(text) {
 }
 
 $("form").addEventListener("submit", translate);
+$("key-form").addEventListener("submit", useKey);
 $("layer").addEventListener("change", draw);
 $("head").addEventListener("change", draw);
 describeModel();
