@@ -59,6 +59,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                  "max_attention_chars", "max_body_bytes"):  # fmt: skip
         if getattr(args, flag) < (0 if flag == "max_wait_ms" else 1):
             parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be positive")
+    if args.max_queue < args.max_texts:
+        parser.error(f"--max-queue {args.max_queue} is less than --max-texts {args.max_texts}: a request of "
+                     "--max-texts texts could never be queued")  # fmt: skip
     return args
 
 
