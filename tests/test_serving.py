@@ -258,3 +258,35 @@ def test_a_batch_gathers_longer_after_a_long_decode(monkeypatch):
     batcher.last_decode = 2.0
     window = batcher_module.GATHER_SHARE * 2.0
     assert abs(len(batcher._gather()) - (1 + window / 0.020)) <= 1 and window > 0.1
+
+
+def test_the_page_asks_for_the_key_once_then_translates_and_opens_docs(tiny_checkpoint):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
+    key = "schlüssel"
+    guarded = Server(tiny_checkpoint, "--api-key-env", "TEST_TRANSLATE_KEY", env={"TEST_TRANSLATE_KEY": key})
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+            page = browser.new_page()
+            sent = []  # the Authorization header of each POST /translate
+            page.on(
+                "request",
+                lambda r: r.url.endswith("/translate") and sent.append(r.headers.get("authorization")),
+            )
+            page.goto(f"http://127.0.0.1:{guarded.port}/")
+            page.wait_for_selector("#key-form:not([hidden])", timeout=30000)  # /model answered 401
+            page.fill("#key", key)
+            page.click("#key-form button")
+            page.wait_for_function("document.querySelector('#model').textContent.includes('de → en')")
+            page.fill("#texts", LINES[0])
+            page.click("#translate")
+            page.wait_for_selector("table.heatmap td", timeout=30000)
+            assert len(sent) == 1 and sent[0].startswith("Bearer ")
+            page.reload()  # the key is kept for the tab: not asked again
+            page.wait_for_function("document.querySelector('#model').textContent.includes('de → en')")
+            assert page.is_hidden("#key-form")
+            page.goto(f"http://127.0.0.1:{guarded.port}/docs")  # the cookie the page set carries the key
+            page.wait_for_selector("text=/translate", timeout=30000)
+            browser.close()
+    finally:
+        assert guarded.stop() == 0

@@ -264,8 +264,8 @@ def test_a_bad_checkpoint_precision_device_or_port_is_one_line_before_the_server
     cases = [
         (["--checkpoint", str(tmp_path / "missing.pt")], 1, "missing.pt"),
         (["--checkpoint", str(tiny_checkpoint), "--precision", "fp64"], 2, "--precision"),
-        (["--checkpoint", str(tiny_checkpoint), "--device", "cuda:7" if torch.cuda.is_available() else "cuda"],
-         1, "--device cuda"),
+        (["--checkpoint", str(tiny_checkpoint), "--device", "cuda:7" if torch.cuda.is_available() else
+          "cuda"], 1, "--device cuda"),
         (["--checkpoint", str(tiny_checkpoint), "--device", "toaster"], 1, "--device toaster"),
         (["--checkpoint", str(tiny_checkpoint), "--port", "70000"], 2, "--port 70000"),
         (["--checkpoint", str(tiny_checkpoint), "--port", str(taken.getsockname()[1])], 1, "cannot listen"),
@@ -316,8 +316,10 @@ def test_a_schema_fuzzer_finds_no_5xx_and_no_schema_valid_request_refused(tiny_c
     undocumented status codes, answers that break their schema), with the key required."""
     guarded = Server(tiny_checkpoint, "--api-key-env", "TEST_TRANSLATE_KEY", env={"TEST_TRANSLATE_KEY": "k"})
     try:
-        command = [str(Path(sys.executable).with_name("schemathesis")), "run", f"http://127.0.0.1:{guarded.port}/openapi.json", "-H", "Authorization: Bearer k",
-                   "--checks", "all", "--max-examples", "40", "--seed", "1", "--no-color"]  # fmt: skip
+        schema = f"http://127.0.0.1:{guarded.port}/openapi.json"
+        command = [str(Path(sys.executable).with_name("schemathesis")), "run", schema,
+                   "-H", "Authorization: Bearer k", "--checks", "all", "--max-examples", "40", "--seed", "1",
+                   "--no-color"]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
         assert done.returncode == 0, done.stdout[-6000:]
         assert "No issues found" in done.stdout and "6 selected" in done.stdout

@@ -10,7 +10,9 @@ let key = sessionStorage.getItem(KEY);
 let limits = {max_attention_texts: 4, max_attention_chars: 300};  // the service's, from GET /model
 
 function authorization() {
-  return key === null ? {} : {"Authorization": `Bearer ${key}`};
+  // a header carries bytes: the key's UTF-8 bytes, one character each (so a non-ASCII key works too)
+  if (key === null) return {};
+  return {"Authorization": `Bearer ${String.fromCharCode(...new TextEncoder().encode(key))}`};
 }
 
 async function call(path, options = {}) {
