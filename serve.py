@@ -22,7 +22,8 @@ from transformer.training.precision import DeviceError
 from transformer.training.usage import UsageParser
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> UsageParser:
+    """Every flag of serve.py with its help (docs/serving.md lists them)."""
     parser = UsageParser(prog="serve.py", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--checkpoint", required=True, help="best.pt, a run folder, a Marian folder or hf:NAME"
@@ -30,28 +31,53 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: this machine only)"
     )
-    parser.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free one)")
+    parser.add_argument(
+        "--port", type=int, default=8000, help="port to listen on (0: any free one) (default: %(default)s)"
+    )
     parser.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:1, ...")
     parser.add_argument("--precision", default="auto", choices=DECODE_PRECISIONS,
                         help="as translate.py's: auto = bf16 on CUDA, fp32 on the CPU")  # fmt: skip
-    parser.add_argument("--api-key-env", metavar="NAME", help="require the key held in $NAME (docs: how)")
+    parser.add_argument("--api-key-env", metavar="NAME",
+                        help="require the key held in $NAME on every route but /health and the page "
+                        "(docs/serving.md)")  # fmt: skip
     parser.add_argument(
         "--max-wait-ms", type=float, default=25.0,
-        help="under load, how long a batch waits for the next request (4x at most)",
+        help="under load, how long a batch waits for the next request (4x at most) (default: %(default)s)",
     )  # fmt: skip
     parser.add_argument(
-        "--max-tokens", type=int, default=8000, help="source tokens that close a batch at once"
+        "--max-tokens",
+        type=int,
+        default=8000,
+        help="source tokens that close a batch at once (default: %(default)s)",
     )
     parser.add_argument(
         "--max-queue", type=int, default=1024,
-        help="texts waiting to be decoded; more are refused with 503 and Retry-After",
+        help="texts waiting to be decoded; more are refused with 503 and Retry-After (default: %(default)s)",
     )  # fmt: skip
-    parser.add_argument("--max-texts", type=int, default=64, help="texts per request")
-    parser.add_argument("--max-chars", type=int, default=2000, help="characters per text and per prefix")
-    parser.add_argument("--max-attention-texts", type=int, default=4, help="texts per attention request")
+    parser.add_argument("--max-texts", type=int, default=64, help="texts per request (default: %(default)s)")
+    parser.add_argument(
+        "--max-chars",
+        type=int,
+        default=2000,
+        help="characters per text and per prefix (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-attention-texts",
+        type=int,
+        default=4,
+        help="texts per attention request (default: %(default)s)",
+    )
     parser.add_argument("--max-attention-chars", type=int, default=300,
-                        help="characters per text and prefix of an attention request")  # fmt: skip
-    parser.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body size limit")
+                        help="characters per text and prefix of an attention request "
+                        "(default: %(default)s)")  # fmt: skip
+    parser.add_argument(
+        "--max-body-bytes", type=int, default=1 << 20, help="request body size limit (default: %(default)s)"
+    )
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port {args.port}: not a port number (0 to 65535)")
@@ -68,7 +94,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def listen(host: str, port: int) -> socket.socket:
     """The listening socket, opened before the model is served (OSError: the address is unusable)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not left 0: asyncio sets TCP_NODELAY only on such sockets, and without it each
+    # answer on a kept-alive connection waits ~40 ms for the client's delayed ACK (Nagle's algorithm)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -192,3 +192,28 @@ def test_serve_load_gets_every_line_back_in_its_place(tiny_checkpoint, capsys, c
     assert serve_load.main(argv) == 0  # nothing lost, duplicated or different from the Translator
     out = capsys.readouterr().out
     assert f"8 {client} clients" in out and "lost=0 duplicated=0 different=0" in out
+
+
+def test_serve_abuse_answers_every_polite_line_and_refuses_each_abuse_with_its_status(
+    tiny_checkpoint, capsys
+):
+    pytest.importorskip("uvicorn", reason='the serve extra: pip install -e ".[serve]"')
+    import serve_abuse
+
+    argv = ["--checkpoint", str(tiny_checkpoint), "--data-dir", str(DATA_DIR), "--sentences", "150",
+            "--clients", "8", "--max-seconds", "120"]  # fmt: skip
+    assert serve_abuse.main(argv) == 0  # nothing lost or wrong, no abusive request with a wrong status
+    out = capsys.readouterr().out
+    assert out.count("lost 0, duplicated 0, different 0") == 2 and "UNEXPECTED" not in out
+    for kind in ("bad Unicode: {422:", "huge body: {413:", "attention, too big: {422:"):
+        assert kind in out
+
+
+def test_serve_latency_compares_the_service_with_the_translator_line_by_line(tiny_checkpoint, capsys):
+    pytest.importorskip("uvicorn", reason='the serve extra: pip install -e ".[serve]"')
+    import serve_latency
+
+    argv = ["--checkpoint", str(tiny_checkpoint), "--data-dir", str(DATA_DIR), "--sentences", "30"]
+    assert serve_latency.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "beam 1: Translator p50" in out and "beam 4:" in out and out.count("30/30 equal") == 2

@@ -103,3 +103,14 @@ def test_errors_in_libretranslate_s_shape_and_statuses(server, body, status, err
     assert server.request("POST", "/libretranslate/translate", missing)[1] == {
         "error": "Please contact the server operator to get an API key"
     }
+
+
+def test_the_readme_s_client_example_works_as_written(server, tiny_checkpoint, tmp_path):
+    from conftest import ROOT
+
+    for doc in ("README.md", "docs/serving.md"):
+        lines = (ROOT / doc).read_text("utf-8").splitlines()
+        example = next(line for line in lines if line.startswith('LibreTranslateAPI("http://127.0.0.1:8000/'))
+        code = example.replace("127.0.0.1:8000", f"127.0.0.1:{server.port}").replace('"KEY"', repr(KEY))
+        got = eval(code, {"LibreTranslateAPI": libretranslatepy.LibreTranslateAPI})  # noqa: S307 -- our docs
+        assert got == translate_py(tiny_checkpoint, ["Ein Hund."], tmp_path)[0], doc

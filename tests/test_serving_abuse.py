@@ -104,10 +104,20 @@ def test_the_queue_refuses_past_max_queue_texts_at_once_then_serves_again(monkey
     with pytest.raises(QueueFull) as full:
         batcher.submit(Job(["Eine Katze."] * 4, 1))  # 5 + 4 > 8
     assert full.value.retry_after >= 1 and "the limit is 8" in str(full.value)
+    abandoned = Job(["Ein Vogel."] * 3, 1)
+    batcher.submit(abandoned)  # 5 + 3
+    batcher.withdraw(
+        abandoned
+    )  # its caller hung up: its room is free at once, not when the worker gets there
+    assert abandoned.future.cancelled() and batcher.queued == 5
+    late = batcher.submit(Job(["Eine Katze."] * 3, 1))
     gate.set()
-    assert first.result(timeout=60) and len(queued.result(timeout=60)) == 5
-    assert len(batcher.submit(Job(["Eine Katze."] * 4, 1)).result(timeout=60)) == 4  # drained: served
+    assert (
+        first.result(timeout=60) and len(queued.result(timeout=60)) == 5 and len(late.result(timeout=60)) == 3
+    )
+    assert len(batcher.submit(Job(["Eine Katze."] * 8, 1)).result(timeout=60)) == 8  # drained: served
     batcher.stop()
+    assert batcher.queued == 0
 
 
 def test_a_flood_past_the_queue_gets_503_with_retry_after_then_200_again(tiny_checkpoint):
@@ -279,6 +289,25 @@ def test_a_bad_checkpoint_precision_device_or_port_is_one_line_before_the_server
             assert "Uvicorn" not in done.stderr and "Traceback" not in done.stderr
     finally:
         taken.close()
+
+
+def test_answers_on_a_kept_alive_connection_are_not_held_back_by_nagle(server):
+    """serve.py opens its own socket: it must name IPPROTO_TCP, or asyncio leaves TCP_NODELAY off and each
+    answer on a kept-alive connection waits ~40 ms for the client's delayed ACK."""
+    sys.path.insert(0, str(ROOT))
+    import serve
+
+    with serve.listen("127.0.0.1", 0) as sock:
+        assert sock.proto == socket.IPPROTO_TCP
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    seconds = []
+    for _ in range(10):
+        start = time.perf_counter()
+        connection.request("GET", "/health")
+        connection.getresponse().read()
+        seconds.append(time.perf_counter() - start)
+    connection.close()
+    assert sorted(seconds)[5] < 0.030, seconds  # Nagle's wait is 40 ms or more
 
 
 def test_default_options_equal_translate_py_s_defaults(tiny_checkpoint, tmp_path):

@@ -44,6 +44,7 @@ class Job:
     attention: bool = False
     prefixes: list[str] | None = None  # per text, target text its translation starts with ("" = none)
     future: Future = field(default_factory=Future)
+    queued: bool = False  # counted in the queue's texts (Batcher.queued)
 
     @property
     def group(self) -> tuple:
@@ -100,8 +101,17 @@ class Batcher:
             if self.queued + len(job.texts) > self.max_queue:
                 raise QueueFull(self.queued, self.max_queue, self._retry_after())
             self.queued += len(job.texts)
+            job.queued = True
         self.jobs.put(job)
         return job.future
+
+    def withdraw(self, job: Job) -> None:
+        """Its caller went away: drop ``job`` unless the worker has started it, and free its queue room now
+        (not when the worker reaches it)."""
+        with self.lock:
+            if job.future.cancel() and job.queued:
+                self.queued -= len(job.texts)
+                job.queued = False
 
     def _retry_after(self) -> int:
         if self.texts_per_second <= 0:
@@ -137,7 +147,9 @@ class Batcher:
             if job is None:
                 return None
             with self.lock:
-                self.queued -= len(job.texts)
+                if job.queued:
+                    self.queued -= len(job.texts)
+                    job.queued = False
             if not job.future.cancelled():
                 return job
 
@@ -171,7 +183,7 @@ class Batcher:
         for job in batch:
             groups.setdefault(job.group, []).append(job)
         decoded = 0
-        part_tokens = max(1, self.translator.settings.max_tokens // 2)  # about one decoding batch
+        part_tokens = self.translator.settings.max_tokens  # about one decoding call
         for jobs in groups.values():
             for part in _parts(jobs, part_tokens):
                 live = [job for job in part if job.future.set_running_or_notify_cancel()]  # callers there

@@ -52,7 +52,8 @@ async def run_job(batcher: Batcher, job: Job, request: Request) -> list:
     finally:
         gone.cancel()
     if not answers.done():  # the caller left: nobody reads what we answer
-        answers.cancel()  # cancels the job too, unless the worker has started it
+        batcher.withdraw(job)  # dropped, unless the worker has started it
+        answers.cancel()
         raise Refused(499, "the client closed the connection")
     try:
         return answers.result()
