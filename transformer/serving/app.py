@@ -130,7 +130,8 @@ def add_api_routes(app: FastAPI, authorized, TranslateRequest: type[BaseModel], 
         shape [layers, heads, target pieces, source pieces]."""
         job = Job(body.sources, body.beam, body.nbest, body.with_scores, body.alignments, body.attention,
                   body.prefixes)  # fmt: skip
-        return await json_response({"translations": await run_job(batcher, job, request)})
+        translations = await run_job(batcher, job, request)
+        return await json_response({"translations": translations}, large=body.attention)
 
     @app.get("/health")
     async def health() -> dict:

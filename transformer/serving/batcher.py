@@ -68,6 +68,11 @@ GATHER_SHARE = 0.5  # this share of the time the last batch took to decode, if t
 # twice the sentences decodes in much less than twice the time (docs/benchmarks.md, "Serving under load")
 
 
+PART_SHARE = 0.5  # a group is decoded in parts of this share of eval.max_tokens source tokens: about one
+# of the Translator's own batches (which count the source and as many again for the output), so a part costs
+# no batching, and the jobs of callers who hang up meanwhile are dropped before the next part
+
+
 class Batcher:
     """The worker thread and its queue. ``start`` builds the translator in the worker (``make``: a function
     that returns it) and waits until it is ready; ``stop`` lets the queued jobs finish, then ends it."""
@@ -183,7 +188,7 @@ class Batcher:
         for job in batch:
             groups.setdefault(job.group, []).append(job)
         decoded = 0
-        part_tokens = self.translator.settings.max_tokens  # about one decoding call
+        part_tokens = max(1, int(PART_SHARE * self.translator.settings.max_tokens))
         for jobs in groups.values():
             for part in _parts(jobs, part_tokens):
                 live = [job for job in part if job.future.set_running_or_notify_cancel()]  # callers there

@@ -2,6 +2,7 @@
 up; the refusals (one ``{"error": "..."}`` line and its status); JSON written off the event loop."""
 
 import asyncio
+import functools
 import json
 
 from fastapi import Request
@@ -70,7 +71,9 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def json_response(content, status: int = 200) -> Response:
-    """``content`` as JSON, serialized in a thread: a large answer does not stall the event loop."""
-    body = await asyncio.to_thread(json.dumps, content, ensure_ascii=False, separators=(",", ":"))
+async def json_response(content, status: int = 200, large: bool = False) -> Response:
+    """``content`` as JSON; ``large`` (attention weights): serialized in a thread, so that it does not stall
+    the event loop (a small answer is written at once: a thread's round trip costs more than it)."""
+    dumps = functools.partial(json.dumps, content, ensure_ascii=False, separators=(",", ":"))
+    body = await asyncio.to_thread(dumps) if large else dumps()
     return Response(body.encode(), status_code=status, media_type="application/json")
