@@ -51,7 +51,7 @@ def build_parser() -> UsageParser:
         help="source tokens that close a batch at once (default: %(default)s)",
     )
     parser.add_argument(
-        "--max-queue", type=int, default=1024,
+        "--max-queue", type=int, default=512,
         help="texts waiting to be decoded; more are refused with 503 and Retry-After (default: %(default)s)",
     )  # fmt: skip
     parser.add_argument("--max-texts", type=int, default=64, help="texts per request (default: %(default)s)")

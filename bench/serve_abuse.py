@@ -12,7 +12,7 @@ Abusive clients, all at once, for as long as the polite ones run:
     hang-ups            64 sentences at beam 4, the connection closed at once,
                         every 500 ms                                               expected: no answer read
     flood               every 3 s, 24 requests of 64 sentences at once (1536
-                        texts, past --max-queue 1024); each reads a 503 if one
+                        texts, past --max-queue 512); each reads a 503 if one
                         (or its answer) within 1 s, else hangs up                 expected: 503 + Retry-After
 
 Per phase it prints the polite sentences/s, p50 / p99 latency (retries included), how many polite requests

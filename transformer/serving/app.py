@@ -73,7 +73,7 @@ def field_errors(error: RequestValidationError) -> str:
 
 def create_app(
     checkpoint: str, device: str = "auto", precision: str = "auto", api_key: str | None = None,
-    limits: Limits | None = None, max_wait_ms: float = 25.0, max_tokens: int = 8000, max_queue: int = 1024,
+    limits: Limits | None = None, max_wait_ms: float = 25.0, max_tokens: int = 8000, max_queue: int = 512,
 ) -> "BodyLimit":  # fmt: skip
     """The app for one model, its model loaded now, in the worker thread that will decode: a bad
     checkpoint, device or precision raises here (CheckpointError, DeviceError, ValueError)."""

@@ -68,9 +68,10 @@ GATHER_SHARE = 0.5  # this share of the time the last batch took to decode, if t
 # twice the sentences decodes in much less than twice the time (docs/benchmarks.md, "Serving under load")
 
 
-PART_SHARE = 0.5  # a group is decoded in parts of this share of eval.max_tokens source tokens: about one
-# of the Translator's own batches (which count the source and as many again for the output), so a part costs
-# no batching, and the jobs of callers who hang up meanwhile are dropped before the next part
+PART_SHARE = 0.5  # a group is decoded in parts of this share of eval.max_tokens source tokens, over the beam
+# size: about one of the Translator's own batches (which count the source and as many again for the output,
+# for each hypothesis), so a part costs no batching, and the jobs of callers who hang up meanwhile are
+# dropped before the next part
 
 
 class Batcher:
@@ -79,7 +80,7 @@ class Batcher:
 
     def __init__(
         self, make: Callable[[], Translator], max_wait_ms: float = 25.0, max_tokens: int = 8000,
-        max_queue: int = 1024,
+        max_queue: int = 512,
     ):  # fmt: skip
         self.make, self.max_wait, self.max_tokens = make, max_wait_ms / 1000.0, max_tokens
         self.max_queue = max_queue
@@ -183,14 +184,14 @@ class Batcher:
         return batch
 
     def _decode(self, batch: list[Job]) -> int:
-        """Answer every job of ``batch`` still wanted; the number of texts decoded."""
+        """Answer every job of ``batch`` still wanted, the smallest group first (a lone sentence is not
+        kept behind a large request); the number of texts decoded."""
         groups: dict[tuple, list[Job]] = {}
         for job in batch:
             groups.setdefault(job.group, []).append(job)
-        decoded = 0
-        part_tokens = max(1, int(PART_SHARE * self.translator.settings.max_tokens))
-        for jobs in groups.values():
-            for part in _parts(jobs, part_tokens):
+        decoded, max_tokens = 0, self.translator.settings.max_tokens
+        for (beam, *_), jobs in sorted(groups.items(), key=lambda item: sum(_size(job) for job in item[1])):
+            for part in _parts(jobs, max(1, int(PART_SHARE * max_tokens / beam))):
                 live = [job for job in part if job.future.set_running_or_notify_cancel()]  # callers there
                 for job, answer in zip(live, answer_group(self.translator, live)):
                     _deliver(job, answer)
