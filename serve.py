@@ -38,8 +38,8 @@ def build_parser() -> UsageParser:
     parser.add_argument("--precision", default="auto", choices=DECODE_PRECISIONS,
                         help="as translate.py's: auto = bf16 on CUDA, fp32 on the CPU")  # fmt: skip
     parser.add_argument("--api-key-env", metavar="NAME",
-                        help="require the key held in $NAME on every route but /health and the page "
-                        "(docs/serving.md)")  # fmt: skip
+                        help="require the key held in $NAME on every route that translates or describes the "
+                        "model (docs/serving.md)")  # fmt: skip
     parser.add_argument(
         "--max-wait-ms", type=float, default=25.0,
         help="under load, how long a batch waits for the next request (4x at most) (default: %(default)s)",

@@ -234,11 +234,13 @@ def test_the_key_is_compared_as_bytes_and_any_header_is_a_401_never_a_500(tiny_c
     guarded = Server(tiny_checkpoint, "--api-key-env", "TEST_TRANSLATE_KEY", env={"TEST_TRANSLATE_KEY": key})
     good = f"Bearer {key}".encode()  # its UTF-8 bytes, as clients send them
     try:
-        for path in ("/health", "/", "/static/page.js", "/static/swagger-ui-bundle.js"):
+        for path in ("/health", "/", "/static/page.js", "/static/swagger-ui-bundle.js",
+                     "/libretranslate/languages", "/libretranslate/frontend/settings"):  # fmt: skip
             assert guarded.request("GET", path)[0] == 200  # no data in these: the page asks for the key
+        lt = {"q": "x", "source": "de", "target": "en"}
         routes = [("POST", "/translate", {"texts": ["x"]}), ("GET", "/model", None),
                   ("GET", "/openapi.json", None), ("GET", "/docs", None),
-                  ("GET", "/libretranslate/languages", None)]  # fmt: skip
+                  ("POST", "/libretranslate/translate", lt)]  # fmt: skip
         for method, path, body in routes:
             refused = [guarded.exchange(method, path, body, headers)[0] for headers in (
                 {}, {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer \xfc"},

@@ -1,10 +1,11 @@
 """The service's routes: ``POST /translate``, ``GET /health``, ``GET /model``, the page at ``/``, the OpenAPI
 schema and its page, and LibreTranslate's API under ``/libretranslate/`` (``libretranslate.py``).
 
-Every route that gives data or work (everything but ``/health``, the page and its files) needs the API key
-when the service was given one (``keys.py``). A body over the size limit is refused (413) before it is read
-whole; a malformed one gets a 4xx with a message naming the field; a full queue a 503 with Retry-After; a
-failure while translating a 500 with one line: always ``{"error": "..."}``, and the service goes on.
+Every route that translates or describes the model (all but ``/health``, the page and its files, and
+LibreTranslate's language list) needs the API key when the service was given one (``keys.py``). A body over
+the size limit is refused (413) before it is read whole; a malformed one gets a 4xx with a message naming
+the field; a full queue a 503 with Retry-After; a failure while translating a 500 with one line: always
+``{"error": "..."}``, and the service goes on.
 """
 
 import asyncio

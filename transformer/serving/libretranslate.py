@@ -3,8 +3,8 @@ plug-ins, client libraries) can use this service as they are:
 
     POST /libretranslate/translate        q (a string or a list), source ("auto": the model's), target,
                                           format ("text"), alternatives, api_key -> {"translatedText": ...}
-    GET  /libretranslate/languages        [{"code", "name", "targets"}]
-    GET  /libretranslate/frontend/settings  what LibreTranslate's own page reads first
+    GET  /libretranslate/languages        [{"code", "name", "targets"}]        (no key, as in LibreTranslate)
+    GET  /libretranslate/frontend/settings  what LibreTranslate's page reads  (no key, as in LibreTranslate)
 
 As LibreTranslate does, the fields may come as JSON, as a form (urlencoded or multipart; ``q`` repeated for
 a list) or in the query string, and an error is ``{"error": "..."}`` with its status: 400 for the request,
@@ -110,12 +110,13 @@ def add_libretranslate_routes(app: FastAPI, limits: Limits, description: dict, d
             answer["detectedLanguage"] = [detected] * len(texts) if isinstance(given["q"], list) else detected
         return await json_response(answer)
 
-    @app.get("/libretranslate/languages", responses={403: ERRORS[401]})
-    async def list_languages(given: Fields) -> list[dict]:
+    # as in LibreTranslate, the languages and settings need no key: clients read them before they have one
+    @app.get("/libretranslate/languages")
+    async def list_languages() -> list[dict]:
         return languages
 
-    @app.get("/libretranslate/frontend/settings", responses={403: ERRORS[401]})
-    async def frontend_settings(given: Fields) -> dict:
+    @app.get("/libretranslate/frontend/settings")
+    async def frontend_settings() -> dict:
         required = app.state.key.required
         return {"charLimit": limits.max_chars, "frontendTimeout": 500, "apiKeys": required,
                 "keyRequired": required, "suggestions": False, "filesTranslation": False,
