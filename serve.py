@@ -12,6 +12,7 @@ is loaded and the port opened before the service starts: a bad checkpoint, devic
 """
 
 import argparse
+import logging
 import os
 import socket
 import sys
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         import uvicorn
 
         from transformer.serving.app import create_app
+        from transformer.serving.keys import HiddenKeys
         from transformer.serving.schema import Limits
     except ImportError as error:
         print(f'error: serving needs the serve extra ({error.name} is missing): pip install -e ".[serve]"',
@@ -139,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     except (CheckpointError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    config = uvicorn.Config(app, timeout_graceful_shutdown=60, log_level="info")
+    config = uvicorn.Config(app, timeout_graceful_shutdown=60, log_level="info")  # sets up uvicorn's logging
+    logging.getLogger("uvicorn.access").addFilter(HiddenKeys())
     uvicorn.Server(config).run(sockets=[sock])
     return 0
 

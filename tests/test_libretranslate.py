@@ -28,8 +28,12 @@ def expected(tiny_checkpoint, tmp_path_factory) -> list[str]:
 
 def test_a_libretranslate_client_library_gets_translate_py_s_lines(server, expected):
     client = libretranslatepy.LibreTranslateAPI(f"http://127.0.0.1:{server.port}/libretranslate", KEY)
-    assert [client.translate(line, "de", "en") for line in LINES] == expected
-    assert [client.translate(line, "auto", "en") for line in LINES] == expected
+    lines = [(line, translation) for line, translation in zip(LINES, expected) if line]
+    assert [client.translate(line, "de", "en") for line, _ in lines] == [t for _, t in lines]
+    assert [client.translate(line, "auto", "en") for line, _ in lines] == [t for _, t in lines]
+    with pytest.raises(urllib.error.HTTPError) as empty:  # as LibreTranslate: an empty q is a missing one
+        client.translate("", "de", "en")
+    assert empty.value.code == 400
     assert client.languages() == [
         {"code": "de", "name": "German", "targets": ["en"]},
         {"code": "en", "name": "English", "targets": []},
@@ -68,6 +72,16 @@ def test_alternatives_are_the_rest_of_translate_py_s_n_best_list(server, tiny_ch
         for row in translate_py(tiny_checkpoint, LINES[:1], tmp_path, "--beam", "3", "--nbest", "3")
     ]
     assert status == 200 and [answer["translatedText"], *answer["alternatives"]] == nbest
+
+
+def test_json_nested_too_deep_is_a_400_not_a_500(server):
+    deep = b'{"q": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    assert server.request("POST", "/libretranslate/translate", raw=deep) == (
+        400,
+        {"error": "Invalid JSON format"},
+    )
+    status, answer = server.request("POST", "/translate", raw=b'{"texts": ' + b"[" * 200_000)
+    assert status == 422 and answer["error"].startswith("body: not valid JSON")
 
 
 @pytest.mark.parametrize(

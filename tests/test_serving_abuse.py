@@ -12,6 +12,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import torch
@@ -106,15 +107,12 @@ def test_the_queue_refuses_past_max_queue_texts_at_once_then_serves_again(monkey
     assert full.value.retry_after >= 1 and "the limit is 8" in str(full.value)
     abandoned = Job(["Ein Vogel."] * 3, 1)
     batcher.submit(abandoned)  # 5 + 3
-    batcher.withdraw(
-        abandoned
-    )  # its caller hung up: its room is free at once, not when the worker gets there
-    assert abandoned.future.cancelled() and batcher.queued == 5
-    late = batcher.submit(Job(["Eine Katze."] * 3, 1))
+    batcher.withdraw(abandoned)  # its caller hung up: its room is free at once, but for its entry's one
+    assert abandoned.future.cancelled() and batcher.queued == 6 and abandoned.texts == []
+    late = batcher.submit(Job(["Eine Katze."] * 2, 1))
     gate.set()
-    assert (
-        first.result(timeout=60) and len(queued.result(timeout=60)) == 5 and len(late.result(timeout=60)) == 3
-    )
+    assert first.result(timeout=60) and len(queued.result(timeout=60)) == 5
+    assert len(late.result(timeout=60)) == 2
     assert len(batcher.submit(Job(["Eine Katze."] * 8, 1)).result(timeout=60)) == 8  # drained: served
     batcher.stop()
     assert batcher.queued == 0
@@ -215,8 +213,14 @@ def test_a_chunked_body_over_the_limit_is_413_in_the_service_s_format(tiny_check
         connection.request("POST", "/translate", body=chunks, encode_chunked=True,
                            headers={"Content-Type": "application/json"})  # fmt: skip
         response = connection.getresponse()
-        assert response.status == 413
+        assert response.status == 413 and response.getheader("Connection") == "close"
         assert json.loads(response.read()) == {"error": "body: over the limit of 1000 bytes"}
+        sneaky = socket.create_connection(("127.0.0.1", small.port), timeout=30)  # chunked, and a small
+        sneaky.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"  # length
+                       b"Content-Length: 10\r\nTransfer-Encoding: chunked\r\n\r\n"
+                       + b"%x\r\n" % 3000 + b"x" * 3000 + b"\r\n0\r\n\r\n")  # fmt: skip
+        assert sneaky.recv(100).startswith(b"HTTP/1.1 413")
+        sneaky.close()
         chunked_ok = (part for part in (b'{"texts": ', b'["Ein Hund."]}'))
         connection = http.client.HTTPConnection("127.0.0.1", small.port, timeout=30)
         connection.request("POST", "/translate", body=chunked_ok, encode_chunked=True,
@@ -248,13 +252,20 @@ def test_the_key_is_compared_as_bytes_and_any_header_is_a_401_never_a_500(tiny_c
                 {"Authorization": b"Bearer \xff\xfe"}, {"Authorization": "Basic c2NobMO8c3NlbA=="},
             )]  # fmt: skip
             wanted = 400 if path.startswith("/libretranslate") else 401
-            assert refused[0] == wanted and set(refused[1:]) == {403 if wanted == 400 else 401}, (
-                path,
-                refused,
-            )
+            wrong = 403 if wanted == 400 else 401
+            assert refused[0] == wanted and set(refused[1:]) == {wrong}, (path, refused)
             assert guarded.exchange(method, path, body, {"Authorization": good})[0] == 200, path
-            cookie = {"Cookie": "transformer_mt_key=schl%C3%BCssel"}  # what the page sets
-            assert guarded.exchange(method, path, body, cookie)[0] == 200, path
+            as_cookie = {"Cookie": "transformer_mt_key=schl%C3%BCssel"}  # the key is never read from a cookie
+            assert guarded.exchange(method, path, body, as_cookie)[0] == wanted, path
+        status, _, response = guarded.exchange("POST", "/docs/session", None, {"Authorization": good})
+        cookie = response.getheader("Set-Cookie")
+        assert status == 204 and "HttpOnly" in cookie and "SameSite=strict" in cookie and key not in cookie
+        docs_cookie = {"Cookie": cookie.split(";")[0]}  # opens the schema and its page, nothing else
+        assert [guarded.exchange(m, p, b, docs_cookie)[0] for m, p, b in routes] == [401, 401, 200, 200, 400]
+        assert guarded.exchange("POST", "/docs/session", None, docs_cookie)[0] == 401
+        query = "/libretranslate/translate?q=Hund&source=de&target=en&api_key=" + quote(key)
+        assert guarded.exchange("POST", query, None, {"Content-Type": ""}, raw=b"")[0] == 200
+        assert "api_key=***" in guarded.output() and quote(key) not in guarded.output()  # not in the log
     finally:
         assert guarded.stop() == 0
 

@@ -59,15 +59,29 @@ class Service:
 
 
 def field_errors(error: RequestValidationError) -> str:
-    """Pydantic's errors as one line, each naming its field: "beam: Input should be ...; texts: ..."."""
+    """Pydantic's errors as one line, each naming its field: "beam: Input should be ...; texts: ...". A texts
+    entry is a string or {"text", "prefix"}: of the two branches' errors, the one that fits what was sent."""
+    items = error.errors()
+    objects = {i["loc"][: i["loc"].index("PrefixedText")] for i in items  # the entries sent as objects
+               if "PrefixedText" in i["loc"][:-1]}  # fmt: skip
     parts = []
-    for item in error.errors():
-        where = ".".join(str(x) for x in item["loc"] if x != "body") or "body"
-        message = item["msg"].removeprefix("Value error, ")
+    for item in items:
+        loc, message = item["loc"], item["msg"].removeprefix("Value error, ")
+        if "str" in loc or "PrefixedText" in loc:
+            branch = "str" if "str" in loc else "PrefixedText"
+            if loc[-1] == "PrefixedText" or (branch == "str" and loc[: loc.index("str")] in objects):
+                continue  # the other branch's error says it
+            if branch == "str":
+                message = 'Input should be a string or {"text", "prefix"}'
+            loc = tuple(x for x in loc if x != branch)
+        where = ".".join(str(x) for x in loc if x != "body") or "body"
         if item["type"] == "json_invalid":
             where, message = "body", f"not valid JSON ({item.get('ctx', {}).get('error', message)})"
         elif item["type"] == "extra_forbidden":
-            message = "unknown field (known: texts, beam, nbest, with_scores, alignments, attention)"
+            known = (
+                "text, prefix" if len(loc) > 3 else "texts, beam, nbest, with_scores, alignments, attention"
+            )
+            message = f"unknown field (known: {known})"
         parts.append(message if item["type"] == "value_error" and where == "body" else f"{where}: {message}")
     return "; ".join(parts)
 
@@ -112,7 +126,7 @@ def add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)  # FastAPI's and Starlette's own (404, 405)
     async def refused(request: Request, error: HTTPException):
         if error.status_code == 400 and error.detail == "There was an error parsing the body":
-            return error_response(422, "body: not valid JSON (not UTF-8 text)")  # FastAPI's words
+            return error_response(422, "body: not valid JSON (not UTF-8 text, or nested too deep)")
         return error_response(error.status_code, str(error.detail), error.headers)
 
     @app.exception_handler(Refused)
@@ -144,8 +158,9 @@ def add_api_routes(app: FastAPI, authorized, TranslateRequest: type[BaseModel], 
 
 
 class BodyLimit:
-    """Refuse a request body over ``limit`` bytes with 413: at once when its Content-Length says so; a body
-    without one (chunked) is read here up to the limit, refused as soon as it passes it, else handed on."""
+    """Refuse a request body over ``limit`` bytes with 413 (and close the connection): at once when its
+    Content-Length says so; a chunked body (Transfer-Encoding, whatever its Content-Length claims) is read
+    here up to the limit, refused as soon as it passes it, else handed on."""
 
     def __init__(self, app, limit: int):
         self.app, self.limit = app, limit
@@ -154,9 +169,12 @@ class BodyLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        too_large = error_response(413, f"body: over the limit of {self.limit} bytes")
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None:
+        too_large = error_response(
+            413, f"body: over the limit of {self.limit} bytes", {"Connection": "close"}
+        )
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
+        if length is not None and b"transfer-encoding" not in headers:  # else the body is chunked
             if length.isdigit() and int(length) > self.limit:
                 return await too_large(scope, receive, send)
             return await self.app(scope, receive, send)

@@ -44,7 +44,7 @@ class Job:
     attention: bool = False
     prefixes: list[str] | None = None  # per text, target text its translation starts with ("" = none)
     future: Future = field(default_factory=Future)
-    queued: bool = False  # counted in the queue's texts (Batcher.queued)
+    units: int = 0  # what it counts in Batcher.queued: its texts while queued, 1 once withdrawn, 0 once taken
 
     @property
     def group(self) -> tuple:
@@ -107,17 +107,18 @@ class Batcher:
             if self.queued + len(job.texts) > self.max_queue:
                 raise QueueFull(self.queued, self.max_queue, self._retry_after())
             self.queued += len(job.texts)
-            job.queued = True
+            job.units = len(job.texts)
         self.jobs.put(job)
         return job.future
 
     def withdraw(self, job: Job) -> None:
         """Its caller went away: drop ``job`` unless the worker has started it, and free its queue room now
-        (not when the worker reaches it)."""
+        (not when the worker reaches it) but one unit, so the queue never holds more than ``max_queue``
+        entries, dead or alive; its texts are let go at once."""
         with self.lock:
-            if job.future.cancel() and job.queued:
-                self.queued -= len(job.texts)
-                job.queued = False
+            if job.future.cancel() and job.units:
+                self.queued -= job.units - 1
+                job.units, job.texts, job.prefixes = 1, [], None
 
     def _retry_after(self) -> int:
         if self.texts_per_second <= 0:
@@ -153,9 +154,8 @@ class Batcher:
             if job is None:
                 return None
             with self.lock:
-                if job.queued:
-                    self.queued -= len(job.texts)
-                    job.queued = False
+                self.queued -= job.units
+                job.units = 0
             if not job.future.cancelled():
                 return job
 

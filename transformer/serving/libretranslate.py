@@ -49,7 +49,7 @@ async def fields(request: Request) -> dict:
     if kind == "application/json":
         try:
             body = json.loads(await request.body() or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deep
             raise Refused(400, "Invalid JSON format") from None
         if not isinstance(body, dict):
             raise Refused(400, "Invalid JSON format")
@@ -95,7 +95,7 @@ def add_libretranslate_routes(app: FastAPI, limits: Limits, description: dict, d
         n = alternatives + 1
         job = Job(texts, max(default_beam, n), n)
         try:
-            found = await run_job(app.state.batcher, job, request) if texts else []
+            found = await run_job(app.state.batcher, job, request)
         except Refused as refused:  # LibreTranslate says 400 for what is wrong with the request
             raise Refused(
                 400 if refused.status == 422 else refused.status, refused.message, refused.headers
@@ -130,6 +130,8 @@ def checked(given: dict, limits: Limits, source: str, target: str) -> tuple[list
         if name not in given:
             raise Refused(400, f"Invalid request: missing {name} parameter")
     q = given["q"]
+    if q == "" or q == []:  # as LibreTranslate: nothing to translate is a missing q
+        raise Refused(400, "Invalid request: missing q parameter")
     texts = q if isinstance(q, list) else [q]
     if not all(isinstance(text, str) for text in texts):
         raise Refused(400, "Invalid request: q must be a string or a list of strings")
@@ -149,7 +151,7 @@ def checked(given: dict, limits: Limits, source: str, target: str) -> tuple[list
     if str(given.get("format", "text")).lower() != "text":
         raise Refused(400, f"{given['format']} format is not supported: this service translates text only")
     alternatives = whole_number(given.get("alternatives", 0))
-    if isinstance(alternatives, str) and alternatives.isdigit():  # from a form or the query string
+    if isinstance(alternatives, str) and alternatives.isascii() and alternatives.isdigit():  # a form, a query
         alternatives = int(alternatives)
     if type(alternatives) is not int or not 0 <= alternatives < limits.max_beam:
         raise Refused(400, f"Invalid request: alternatives must be a number from 0 to {limits.max_beam - 1}")
@@ -163,7 +165,12 @@ def request_body(limits: Limits, source: str, target: str) -> dict:
         "type": "object",
         "required": ["q", "source", "target"],
         "properties": {
-            "q": {"anyOf": [text, {"type": "array", "items": text, "maxItems": limits.max_texts}]},
+            "q": {
+                "anyOf": [
+                    text | {"minLength": 1},
+                    {"type": "array", "items": text, "minItems": 1, "maxItems": limits.max_texts},
+                ]
+            },
             "source": {"enum": ["auto", source]},
             "target": {"enum": [target]},
             "format": {"enum": ["text"]},

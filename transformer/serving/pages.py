@@ -1,18 +1,22 @@
 """The routes a browser reads: the page and its files, the OpenAPI schema, and its page at ``/docs``.
 
 The page and its files hold no data and no key: they load without one, and the page asks its user for the
-key when the service wants one (``static/page.js``). The schema and ``/docs`` are behind the key. ``/docs``
-is Swagger UI served from this machine (the ``swagger-ui-py`` package of the serve extra holds its files),
-so it works offline; without that package the route is left out and the schema stays at /openapi.json.
+key when the service wants one (``static/page.js``). The schema and ``/docs`` are behind the key; a browser
+opening them sends no header, so once the page has the key it asks ``POST /docs/session`` for a cookie that
+opens these two routes alone (``keys.py``). ``/docs`` is Swagger UI served from this machine (the
+``swagger-ui-py`` package of the serve extra holds its files), so it works offline; without that package
+the route is left out and the schema stays at /openapi.json.
 """
 
 from importlib import resources
 from pathlib import Path
 
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response
 from starlette.exceptions import HTTPException
+
+from transformer.serving.keys import DOCS_COOKIE
 
 STATIC = Path(__file__).with_name("static")
 PAGE_FILES = ("page.js", "page.css")  # what the page loads besides index.html
@@ -45,14 +49,26 @@ def add_pages(app: FastAPI, authorized) -> None:
             raise HTTPException(404, f"no file {name}")
         return FileResponse(files[name])
 
-    @app.get("/openapi.json", dependencies=[Depends(authorized)], include_in_schema=False)
+    async def docs_authorized(request: Request) -> None:
+        if not app.state.key.admits_docs(request):
+            raise HTTPException(401, "Authorization: Bearer KEY is missing or wrong (or open the page first)")
+
+    @app.post("/docs/session", dependencies=[Depends(authorized)], include_in_schema=False)
+    async def docs_session() -> Response:
+        """The cookie that opens /docs and /openapi.json in this browser (only they accept it)."""
+        response = Response(status_code=204)
+        if app.state.key.required:
+            response.set_cookie(DOCS_COOKIE, app.state.key.docs_token, httponly=True, samesite="strict")
+        return response
+
+    @app.get("/openapi.json", dependencies=[Depends(docs_authorized)], include_in_schema=False)
     async def openapi() -> dict:
         return app.openapi()
 
     if swagger is None:
         return
 
-    @app.get("/docs", dependencies=[Depends(authorized)], include_in_schema=False)
+    @app.get("/docs", dependencies=[Depends(docs_authorized)], include_in_schema=False)
     async def docs():
         return get_swagger_ui_html(
             openapi_url="/openapi.json", title=app.title, swagger_js_url="/static/swagger-ui-bundle.js",

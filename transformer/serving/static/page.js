@@ -5,7 +5,7 @@
 
 const $ = (id) => document.getElementById(id);
 let chosen = null;  // the translation being inspected: {text, alignment, attention}
-const KEY = "transformer_mt_key";  // the API key: kept for this tab, and as a cookie for /docs
+const KEY = "transformer_mt_key";  // the API key: kept for this tab
 let key = sessionStorage.getItem(KEY);
 let limits = {max_attention_texts: 4, max_attention_chars: 300};  // the service's, from GET /model
 
@@ -34,7 +34,6 @@ function useKey(event) {
   event.preventDefault();
   key = $("key").value;
   sessionStorage.setItem(KEY, key);
-  document.cookie = `${KEY}=${encodeURIComponent(key)}; path=/; SameSite=Strict`;
   $("key-form").hidden = true;
   describeModel();
 }
@@ -48,6 +47,7 @@ async function describeModel() {
     return;
   }
   limits = m.limits;
+  if (key !== null) await fetch("/docs/session", {method: "POST", headers: authorization()});  // opens /docs
   $("model").textContent = `${m.source_language} → ${m.target_language}: ${m.decoder_layers} decoder layers, ` +
     `${m.heads} heads, ${(m.parameters / 1e6).toFixed(2)}M parameters, vocabulary ${m.vocab_size}`;
 }
