@@ -62,6 +62,7 @@ class QueueFull(Exception):
         self.retry_after = retry_after
 
 
+RETRY_AFTER_MAX = 5  # seconds: the queue drains faster than the last batch's pace when its callers hang up
 WAITS = 4  # a batch that keeps growing closes after this many max_wait at most, or after
 GATHER_SHARE = 0.5  # this share of the time the last batch took to decode, if that is longer: under load
 # the callers of the last batch are sending their next requests while this one gathers, and one batch of
@@ -121,9 +122,10 @@ class Batcher:
                 job.units, job.texts, job.prefixes = 1, [], None
 
     def _retry_after(self) -> int:
+        """Seconds until the queue has likely drained at the last batch's pace, 1 to ``RETRY_AFTER_MAX``."""
         if self.texts_per_second <= 0:
             return 1
-        return min(60, max(1, math.ceil(self.queued / self.texts_per_second)))
+        return min(RETRY_AFTER_MAX, max(1, math.ceil(self.queued / self.texts_per_second)))
 
     def stop(self) -> None:
         self.jobs.put(None)
