@@ -258,12 +258,12 @@ def test_the_key_is_compared_as_bytes_and_any_header_is_a_401_never_a_500(tiny_c
             assert guarded.exchange(method, path, body, {"Authorization": good})[0] == 200, path
             as_cookie = {"Cookie": "transformer_mt_key=schl%C3%BCssel"}  # the key is never read from a cookie
             assert guarded.exchange(method, path, body, as_cookie)[0] == wanted, path
-        status, _, response = guarded.exchange("POST", "/docs/session", None, {"Authorization": good})
+        status, _, response = guarded.exchange("POST", "/docs/access", None, {"Authorization": good})
         cookie = response.getheader("Set-Cookie")
         assert status == 204 and "HttpOnly" in cookie and "SameSite=strict" in cookie and key not in cookie
         docs_cookie = {"Cookie": cookie.split(";")[0]}  # opens the schema and its page, nothing else
         assert [guarded.exchange(m, p, b, docs_cookie)[0] for m, p, b in routes] == [401, 401, 200, 200, 400]
-        assert guarded.exchange("POST", "/docs/session", None, docs_cookie)[0] == 401
+        assert guarded.exchange("POST", "/docs/access", None, docs_cookie)[0] == 401
         query = "/libretranslate/translate?q=Hund&source=de&target=en&api_key=" + quote(key)
         assert guarded.exchange("POST", query, None, {"Content-Type": ""}, raw=b"")[0] == 200
         assert "api_key=***" in guarded.output() and quote(key) not in guarded.output()  # not in the log

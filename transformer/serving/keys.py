@@ -3,7 +3,7 @@
     Authorization: Bearer KEY     what programs and the page send (the header's bytes: any UTF-8 key works)
     api_key (query, form, JSON)   what LibreTranslate's clients send (libretranslate.py)
     cookie transformer_mt_docs    only for GET /docs and /openapi.json, which a browser opens without a
-                                  header: set by POST /docs/session (the page calls it once it has the key),
+                                  header: set by POST /docs/access (the page calls it once it has the key),
                                   HttpOnly and SameSite=Strict, and not the key itself but an HMAC of it that
                                   opens nothing else
 

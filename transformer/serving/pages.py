@@ -2,7 +2,7 @@
 
 The page and its files hold no data and no key: they load without one, and the page asks its user for the
 key when the service wants one (``static/page.js``). The schema and ``/docs`` are behind the key; a browser
-opening them sends no header, so once the page has the key it asks ``POST /docs/session`` for a cookie that
+opening them sends no header, so once the page has the key it asks ``POST /docs/access`` for a cookie that
 opens these two routes alone (``keys.py``). ``/docs`` is Swagger UI served from this machine (the
 ``swagger-ui-py`` package of the serve extra holds its files), so it works offline; without that package
 the route is left out and the schema stays at /openapi.json.
@@ -53,8 +53,8 @@ def add_pages(app: FastAPI, authorized) -> None:
         if not app.state.key.admits_docs(request):
             raise HTTPException(401, "Authorization: Bearer KEY is missing or wrong (or open the page first)")
 
-    @app.post("/docs/session", dependencies=[Depends(authorized)], include_in_schema=False)
-    async def docs_session() -> Response:
+    @app.post("/docs/access", dependencies=[Depends(authorized)], include_in_schema=False)
+    async def docs_access() -> Response:
         """The cookie that opens /docs and /openapi.json in this browser (only they accept it)."""
         response = Response(status_code=204)
         if app.state.key.required:

@@ -47,7 +47,7 @@ async function describeModel() {
     return;
   }
   limits = m.limits;
-  if (key !== null) await fetch("/docs/session", {method: "POST", headers: authorization()});  // opens /docs
+  if (key !== null) await fetch("/docs/access", {method: "POST", headers: authorization()});  // opens /docs
   $("model").textContent = `${m.source_language} → ${m.target_language}: ${m.decoder_layers} decoder layers, ` +
     `${m.heads} heads, ${(m.parameters / 1e6).toFixed(2)}M parameters, vocabulary ${m.vocab_size}`;
 }
