@@ -100,3 +100,22 @@ def test_the_wmt14_config_loads_through_a_local_file_in_the_hubs_format(tmp_path
     # the test set's split alone is prepared, not the whole dataset (a hub test set of WMT14: 3,000 lines)
     assert asked == [("wmt14", "de-en", "validation")]
     assert extra["test/newstest2013"].src == [en for _, en in PAIRS]
+
+
+def test_a_byte_order_mark_is_not_part_of_line_1(tmp_path):
+    """Editors on Windows start UTF-8 files with a BOM: every reader drops it there, and only there."""
+    import gzip
+
+    from transformer.inference.text_lines import read_text
+    from transformer.training.corpus import BOM, read_lines, split_lines
+    from transformer.training.metrics import bleu_chrf
+
+    lines = ["Ein Hund läuft.", "\ufeffZwei Männer."]  # a U+FEFF inside the file is text: kept
+    data = BOM + "".join(line + "\n" for line in lines).encode("utf-8")
+    (tmp_path / "bom.de").write_bytes(data)
+    (tmp_path / "bom.de.gz").write_bytes(gzip.compress(data))
+    for name in ("bom.de", "bom.de.gz"):
+        path = tmp_path / name
+        assert read_lines(path) == lines and read_text(str(path), "--reference")[0] == lines
+    assert round(bleu_chrf(lines, read_text(str(tmp_path / "bom.de"), "--reference")[0])["bleu"], 6) == 100
+    assert split_lines(BOM + b"x\n", "<stdin>", starts_file=False) == ["\ufeffx"]  # a later stdin line

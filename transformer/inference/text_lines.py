@@ -55,7 +55,8 @@ def stream_lines():
     for data in iter(sys.stdin.buffer.readline, b""):
         n += 1
         # split_lines numbers the lines of its input: this one is line n of stdin
-        yield n, split_lines(data, "<stdin>", lambda m, n=n: warn(m.replace(" line 1:", f" line {n}:", 1)))[0]
+        renumbered = lambda m, n=n: warn(m.replace(" line 1:", f" line {n}:", 1))  # noqa: E731
+        yield n, split_lines(data, "<stdin>", renumbered, starts_file=n == 1)[0]
 
 
 def open_output(path: str | None, what: str):

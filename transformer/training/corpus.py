@@ -196,13 +196,21 @@ def split_name(name: str) -> str:
 # -------- lines ----------------------------------------------------------------------------------
 
 
-def split_lines(data: bytes, name: str, warn: Callable[[str], None] | None = None) -> list[str]:
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark: editors on Windows start files with it; never part of line 1
+
+
+def split_lines(
+    data: bytes, name: str, warn: Callable[[str], None] | None = None, starts_file: bool = True
+) -> list[str]:
     """Bytes -> lines, THE line reader of the project (training files and translate.py's input).
 
     Split on "\\n" alone, not with ``str.splitlines``, which also breaks at "\\x0b", "\\x1c", "\\u2028", ...
-    and would silently misalign a parallel corpus; a trailing "\\r" is dropped. Invalid UTF-8 is a
-    ``DataError`` naming the line, or, given ``warn``, replaced by U+FFFD with a warning naming the line.
+    and would silently misalign a parallel corpus; a trailing "\\r" is dropped, and a byte-order mark at the
+    start of the file (``starts_file``: ``data`` is its beginning). Invalid UTF-8 is a ``DataError`` naming
+    the line, or, given ``warn``, replaced by U+FFFD with a warning naming the line.
     """
+    if starts_file:
+        data = data.removeprefix(BOM)
     lines = data.split(b"\n")
     if lines[-1] == b"":
         lines.pop()  # the newline that ends the last line does not start another one
@@ -245,8 +253,8 @@ def file_facts(path: Path) -> tuple[str, int]:
 
 
 def iter_lines(path: str | Path) -> Iterator[str]:
-    """The lines of a UTF-8 text file (plain or `.gz`) one at a time, with ``split_lines``'s rules: THE
-    reader of text files; an empty or missing file is a ``DataError``."""
+    """The lines of a UTF-8 text file (plain or `.gz`) one at a time, with ``split_lines``'s rules (a
+    byte-order mark dropped): THE reader of text files; an empty or missing file is a ``DataError``."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
@@ -255,6 +263,8 @@ def iter_lines(path: str | Path) -> Iterator[str]:
     try:
         with opener(path, "rb") as f:
             for n, raw in enumerate(f, start=1):  # binary lines end at b"\n" only
+                if n == 1:
+                    raw = raw.removeprefix(BOM)
                 yield decode_line(raw.removesuffix(b"\n"), n, str(path))
     except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError
         what = "corrupted gzip file" if path.suffix == ".gz" else "cannot be read"
