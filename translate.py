@@ -224,6 +224,9 @@ def main(argv=None) -> int:
     except (OSError, torch.cuda.OutOfMemoryError) as error:  # e.g. an unwritable --attention DIR
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except RuntimeError as error:  # a failure while decoding: one line, as every other error
+        print(f"error: translating failed: {(str(error).splitlines() or [''])[0]}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -199,3 +199,31 @@ def test_cli_prefix_and_sampling(tiny_checkpoint, tmp_path, capsys):
     for bad, says in usage:
         code, _, err = run(base + bad, capsys)
         assert code == 2 and says in err, err
+
+
+def test_sampling_with_a_prefix_the_vocabulary_does_not_know_forces_it_before_the_unk_ban(
+    tiny_checkpoint, capsys
+):
+    """The prefix's pieces are forced before any ban: "☃" is UNK, which sampling never draws by itself."""
+    for seed in ("1", "2"):
+        code, lines, err = run(["--checkpoint", str(tiny_checkpoint), "--sample", "--seed", seed,
+                                "--prefix-text", "☃", "Ein Hund läuft."], capsys)  # fmt: skip
+        assert code == 0 and len(lines) == 1 and lines[0].strip().startswith("⁇"), (lines, err)
+        assert "Traceback" not in err
+    logits = torch.tensor([[0.0, 1.0, float("-inf")], [float("-inf"), float("-inf"), 2.0]])  # row 1: forced
+    picks = sample_tokens(logits, Sampling(seed=0), Sampling(seed=0).generator(torch.device("cpu")), unk_id=2)
+    assert picks[1].item() == 2 and picks[0].item() in (0, 1)  # row 0 still never draws UNK
+
+
+def test_a_failure_while_decoding_is_one_line_not_a_traceback(tiny_checkpoint, capsys, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0\nmore")
+
+    monkeypatch.setattr(Translator, "translate_ids", broken)
+    code, lines, err = run(["--checkpoint", str(tiny_checkpoint), "Ein Hund."], capsys)
+    assert (
+        code == 1
+        and lines == []
+        and err.strip().splitlines()
+        == ["error: translating failed: probability tensor contains either `inf`, `nan` or element < 0"]
+    )

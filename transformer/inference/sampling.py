@@ -4,10 +4,10 @@
     nucleus: the fewest most probable tokens whose probabilities sum to at least ``top_p``.
 
 ``temperature = 0`` is greedy search (the argmax), ``top_k = 0`` and ``top_p = 1`` restrict nothing. A draw is
-never PAD or the start token (decoding rules them out) nor UNK, unless ``allow_unk``: an unknown piece
-prints as "⁇", which no back-translation wants. The draws
-come from one ``torch.Generator`` seeded with ``seed``, so the same inputs, settings and seed give the same
-samples; a different seed, different ones.
+never PAD or the start token (decoding rules them out) nor UNK, unless ``allow_unk`` or a prefix forces it
+(a prefix's tokens are forced before any ban): an unknown piece prints as "⁇", which no back-translation
+wants. The draws come from one ``torch.Generator`` seeded with ``seed``, so the same inputs, settings and
+seed give the same samples; a different seed, different ones.
 """
 
 from dataclasses import dataclass
@@ -64,7 +64,10 @@ def sample_tokens(
         return best_index(logits)  # (N,) greedy search's pick
     tempered = logits.float() / sampling.temperature  # (N, V)
     if unk_id is not None and not sampling.allow_unk:
+        ruled_out = tempered[:, unk_id].clone()  # (N,)
         tempered[:, unk_id] = float("-inf")
+        forced = ~torch.isfinite(tempered).any(dim=-1)  # (N,) a prefix forces UNK: forced before any ban
+        tempered[forced, unk_id] = ruled_out[forced]
     allowed = allowed_tokens(tempered, sampling.top_k, sampling.top_p)  # (N, V)
     probs = torch.softmax(tempered.masked_fill(~allowed, float("-inf")), dim=-1)  # (N, V)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (N,)
