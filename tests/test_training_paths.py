@@ -107,6 +107,24 @@ def test_a_fresh_run_into_a_used_folder_is_refused_and_overwrite_starts_clean(tm
     assert json.loads((run_dir / "results.json").read_text())["steps"] == 3
 
 
+@needs_data
+def test_a_refused_run_leaves_its_folder_as_it_was_overwrite_included(tmp_path, capsys):
+    """data.max_len=1 leaves no training pair, which shows only once the tokenizer is there: the old run of
+    --overwrite must come back whole, and a fresh folder must not keep what the refused run wrote."""
+    run_dir = tmp_path / "run"
+    assert run_train(run_dir, "eval.every_steps=0", "train.max_steps=2") == 0
+    files = lambda: {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}  # noqa: E731
+    before = files()
+    capsys.readouterr()
+    assert run_train(run_dir, "data.max_len=1", "train.max_steps=2", flags=("--overwrite",)) == 1
+    assert "no training pair is left" in capsys.readouterr().err
+    assert files() == before and {"best.pt", "last.pt", "results.json"} <= {p.name for p in before}
+    fresh = tmp_path / "fresh"
+    assert run_train(fresh, "data.max_len=1", "train.max_steps=2") == 1
+    assert not fresh.exists()  # no config.yaml or tokenizer.model left to refuse the corrected rerun
+    assert run_train(fresh, "eval.every_steps=0", "train.max_steps=2") == 0
+
+
 # -------- validation and test sentences longer than the model allows ------------------------------
 
 

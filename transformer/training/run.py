@@ -33,7 +33,7 @@ from transformer.training.ema import EMA
 from transformer.training.fine_tuning import check_source, load_source, start_from, with_source_model
 from transformer.training.precision import slow_precision
 from transformer.training.ranks import Runtime, setup_runtime
-from transformer.training.run_folder import prepare_run_dir, run_tokenizer
+from transformer.training.run_folder import prepare_run_dir, run_tokenizer, undone_if_refused
 from transformer.training.splits import Splits, cleaning_line, encode_corpus
 
 
@@ -86,7 +86,7 @@ class Run:
 def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     """Everything a run needs, on this rank's device; with ``resume``, as RUN_DIR/last.pt left it."""
     runtime = setup_runtime(config.train.device, config.train.precision)
-    # every refusal comes before the run folder is written: a refused run leaves it as it was
+    # the refusals that need no tokenizer come before the run folder is written; the rest are undone
     source = load_source(config.train.init_from) if config.train.init_from else None  # fine-tuning
     if source and not resume:
         check_source(source, config.train)
@@ -98,33 +98,34 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     corpus = load_corpus(config.data)
     corpus |= load_test_sets(config.eval.test_sets, config.data)
     fingerprint = corpus["train"].fingerprint()  # the training files' SHA-256: the cache's key; checks them
-    prepare_run_dir(config, run_dir, runtime, resume, overwrite)
-    torch.manual_seed(config.train.seed)
-    tokenizer = run_tokenizer(run_dir, corpus["train"], fingerprint, config, runtime, source)
-    store = train_store(corpus["train"], fingerprint, tokenizer, config.data, runtime)
-    splits = encode_corpus(corpus, tokenizer, config, store)
-    model = build_model(config.model, tokenizer).to(runtime.device)  # the same weights on every rank
-    if runtime.rank:  # but each rank its own dropout masks
-        torch.manual_seed(config.train.seed + 1_000_003 * runtime.rank)
-    run = Run(
-        config, run_dir, runtime, tokenizer, splits, model,
-        optimizer=make_optimizer(model, config.train),
-        scaler=torch.amp.GradScaler(runtime.device.type, enabled=runtime.dtype == torch.float16),
-        ema=EMA(model, config.train.ema_decay) if config.train.ema_decay > 0 else None,
-        state=State(),
-    )  # fmt: skip
-    if source and not resume:
-        run.state.step = start_from(source, model, run.optimizer, config.train)
-        run.ema = EMA(model, config.train.ema_decay) if config.train.ema_decay > 0 else None
-        if run.ema is not None and source.ema is not None and not config.train.reset_optimizer:
-            run.ema.load_state_dict(source.ema)  # the source's average goes on, as with --resume
-    if resumed is not None:
-        parts = run.optimizer, run.scaler, run.ema, runtime.rank
-        run.state = State(**restore_training(resumed, last, model, *parts))
-        del resumed
-    run.state.world_size, run.state.precision = runtime.world_size, runtime.precision
-    if len(splits.train_indices) == 0:
-        raise DataError(f"no training pair is left: {cleaning_line(splits.cleaning, config.data)}")
+    with undone_if_refused(run_dir, runtime):  # a refused run leaves its folder as it was
+        prepare_run_dir(config, run_dir, runtime, resume, overwrite)
+        torch.manual_seed(config.train.seed)
+        tokenizer = run_tokenizer(run_dir, corpus["train"], fingerprint, config, runtime, source)
+        store = train_store(corpus["train"], fingerprint, tokenizer, config.data, runtime)
+        splits = encode_corpus(corpus, tokenizer, config, store)
+        model = build_model(config.model, tokenizer).to(runtime.device)  # the same weights on every rank
+        if runtime.rank:  # but each rank its own dropout masks
+            torch.manual_seed(config.train.seed + 1_000_003 * runtime.rank)
+        run = Run(
+            config, run_dir, runtime, tokenizer, splits, model,
+            optimizer=make_optimizer(model, config.train),
+            scaler=torch.amp.GradScaler(runtime.device.type, enabled=runtime.dtype == torch.float16),
+            ema=EMA(model, config.train.ema_decay) if config.train.ema_decay > 0 else None,
+            state=State(),
+        )  # fmt: skip
+        if source and not resume:
+            run.state.step = start_from(source, model, run.optimizer, config.train)
+            run.ema = EMA(model, config.train.ema_decay) if config.train.ema_decay > 0 else None
+            if run.ema is not None and source.ema is not None and not config.train.reset_optimizer:
+                run.ema.load_state_dict(source.ema)  # the source's average goes on, as with --resume
+        if resumed is not None:
+            parts = run.optimizer, run.scaler, run.ema, runtime.rank
+            run.state = State(**restore_training(resumed, last, model, *parts))
+            del resumed
+        run.state.world_size, run.state.precision = runtime.world_size, runtime.precision
+        if len(splits.train_indices) == 0:
+            raise DataError(f"no training pair is left: {cleaning_line(splits.cleaning, config.data)}")
     run.started = time.perf_counter() - run.state.train_seconds
     if config.train.max_minutes > 0:  # the same on every rank, until their first vote on the clock
         run.clock_used = run.state.train_seconds / (60.0 * config.train.max_minutes)

@@ -6,6 +6,7 @@ events, test_hypotheses.txt and results.json. Rank 0 writes; the other ranks onl
 import json
 import shutil
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -37,11 +38,46 @@ WRITTEN = RUN_FILES + (
 )
 
 
+SET_ASIDE = ".overwritten"  # where --overwrite keeps the old run until the new one has passed every check
+
+
+def written(run_dir: Path) -> set[Path]:
+    """The files and folders of ``WRITTEN`` that ``run_dir`` holds."""
+    return {p for pattern in WRITTEN for p in run_dir.glob(pattern)}
+
+
+@contextmanager
+def undone_if_refused(run_dir: Path, runtime: Runtime):
+    """A run refused (or stopped) while it is set up leaves its folder as it was: what it wrote there goes,
+    the old run that ``--overwrite`` set aside (``prepare_run_dir``) comes back, and a folder it created is
+    removed if empty. Once set up, the old run is deleted."""
+    existed = run_dir.is_dir()
+    before = written(run_dir) if existed else set()
+    try:
+        yield
+    except BaseException:
+        if runtime.is_main:
+            aside = run_dir / SET_ASIDE
+            for path in written(run_dir):
+                if path not in before or (aside / path.name).exists():
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+            if aside.is_dir():
+                for path in aside.iterdir():
+                    path.rename(run_dir / path.name)
+                aside.rmdir()
+            if not existed and run_dir.is_dir() and not any(run_dir.iterdir()):
+                run_dir.rmdir()
+        raise
+    if runtime.is_main:
+        shutil.rmtree(run_dir / SET_ASIDE, ignore_errors=True)
+
+
 def prepare_run_dir(config: Config, run_dir: Path, runtime: Runtime, resume: bool, overwrite: bool) -> None:
     """Create the folder and write the resolved config.yaml (rank 0).
 
     A fresh run (no ``resume``) refuses a folder that already holds a run: it would reuse its tokenizer and
-    append to its TensorBoard events. ``overwrite`` empties the folder first."""
+    append to its TensorBoard events. ``overwrite`` sets the old run aside first (in ``SET_ASIDE``, deleted
+    by ``undone_if_refused`` once the new run is set up)."""
     held = [name for name in RUN_FILES if (run_dir / name).exists()] + [
         p.name for p in run_dir.glob("events.*")
     ]
@@ -54,8 +90,11 @@ def prepare_run_dir(config: Config, run_dir: Path, runtime: Runtime, resume: boo
     if runtime.is_main:
         try:
             if overwrite and held and not resume:
-                for path in (p for pattern in WRITTEN for p in run_dir.glob(pattern)):
-                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+                aside = run_dir / SET_ASIDE
+                shutil.rmtree(aside, ignore_errors=True)
+                aside.mkdir()
+                for path in written(run_dir):
+                    path.rename(aside / path.name)
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
         except OSError as error:
