@@ -26,6 +26,7 @@ from transformer.inference.text_lines import (
 )
 from transformer.inference.translator import Translator
 from transformer.training.metrics import bleu_chrf
+from transformer.training.model_formats import is_released, run_checkpoint
 from transformer.training.precision import DeviceError
 from transformer.training.usage import USAGE_ERROR, UsageError
 
@@ -103,8 +104,9 @@ def check_paths(args) -> None:
 def load_translator(args) -> Translator:
     """The model, once, with the command line's settings; checks the settings against it."""
     given = {"beam_size": args.beam, "length_penalty": args.length_penalty, "max_tokens": args.max_tokens}
-    if Path(args.checkpoint).is_dir() and (Path(args.checkpoint) / "best.pt").is_file():
-        print(f"translate.py: {args.checkpoint} is a run folder: using its best.pt", file=sys.stderr)
+    if Path(args.checkpoint).is_dir() and not is_released(args.checkpoint):
+        which = run_checkpoint(Path(args.checkpoint))[1]
+        print(f"translate.py: {args.checkpoint} is a run folder: using {which}", file=sys.stderr)
     try:
         translator = Translator.from_checkpoint(
             args.checkpoint, args.device, args.precision, **{k: v for k, v in given.items() if v is not None}

@@ -38,7 +38,37 @@ def test_a_run_folder_as_checkpoint_uses_its_best_pt_and_says_so(
     code, from_file, _ = run(["--checkpoint", str(tiny_checkpoint), *SENTENCES], capsys)
     code_dir, from_dir, err = run(["--checkpoint", str(tiny_checkpoint.parent), *SENTENCES], capsys)
     assert code == code_dir == 0 and from_dir == from_file
-    assert err == f"translate.py: {tiny_checkpoint.parent} is a run folder: using its best.pt\n"
+    expected = "best.pt, the checkpoint its final test scored"  # results.json's "tested"
+    assert err == f"translate.py: {tiny_checkpoint.parent} is a run folder: using {expected}\n"
+
+
+def test_a_run_folder_resolves_to_the_checkpoint_its_final_test_scored_else_last_pt(
+    tiny_checkpoint, capsys, tmp_path
+):
+    """eval.average_last: results.json says averaged.pt was tested; a run killed before its first
+    evaluation has only last.pt, which is used with a note, never taken for a released model's folder."""
+    import json
+    import shutil
+
+    import torch
+
+    averaged = tmp_path / "averaged_run"
+    averaged.mkdir()
+    shutil.copyfile(tiny_checkpoint, averaged / "averaged.pt")
+    beamed = torch.load(tiny_checkpoint, weights_only=True)
+    beamed["config"]["eval"]["beam_size"] = 4  # best.pt decodes otherwise: which one is used shows
+    torch.save(beamed, averaged / "best.pt")
+    (averaged / "results.json").write_text(json.dumps({"tested": "averaged.pt"}))
+    _, from_file, _ = run(["--checkpoint", str(tiny_checkpoint), *SENTENCES], capsys)
+    _, from_best, _ = run(["--checkpoint", str(averaged / "best.pt"), *SENTENCES], capsys)
+    code, got, err = run(["--checkpoint", str(averaged), *SENTENCES], capsys)
+    assert from_best != from_file and code == 0 and got == from_file
+    assert "using averaged.pt, the checkpoint its final test scored" in err
+    unevaluated = tmp_path / "unevaluated_run"
+    unevaluated.mkdir()
+    shutil.copyfile(tiny_checkpoint, unevaluated / "last.pt")
+    code, got, err = run(["--checkpoint", str(unevaluated), *SENTENCES], capsys)
+    assert code == 0 and got == from_file and "using its last.pt (the run has no evaluation yet" in err
 
 
 @pytest.mark.parametrize(

@@ -67,7 +67,8 @@ def build_parser() -> UsageParser:
     parser.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate")
     parser.add_argument(
         "--checkpoint", required=True,
-        help="a checkpoint written by train.py (best.pt, or its run folder), a Hugging Face Marian "
+        help="a checkpoint written by train.py (best.pt, or its run folder: the checkpoint its final test "
+        "scored), a Hugging Face Marian "
         "folder, or hf:NAME (e.g. hf:Helsinki-NLP/opus-mt-en-de): a released model, run by our code with "
         "its own tokenizer",
     )  # fmt: skip

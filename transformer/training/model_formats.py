@@ -8,6 +8,7 @@ imports it.
     Marian tokenizer   a zip of its files, inside a fine-tuned checkpoint (interop/marian_text.py)
 """
 
+import json
 from pathlib import Path
 
 from transformer.core.tokenizer import Tokenizer
@@ -16,11 +17,29 @@ HUB_PREFIX = "hf:"  # hf:NAME, a model of the Hugging Face Hub
 ZIP_SIGNATURE = b"PK\x03\x04"  # a Marian tokenizer's bytes are a zip; ours are a SentencePiece proto
 
 
+RUN_CHECKPOINTS = ("best.pt", "last.pt", "averaged.pt")  # a folder with one of these is a run folder
+
+
 def is_released(path: str | Path) -> bool:
     """``hf:NAME``, or a folder that is not a run folder (our checkpoints are files)."""
     return str(path).startswith(HUB_PREFIX) or (
-        Path(path).is_dir() and not (Path(path) / "best.pt").is_file()
+        Path(path).is_dir() and not any((Path(path) / name).is_file() for name in RUN_CHECKPOINTS)
     )
+
+
+def run_checkpoint(folder: Path) -> tuple[Path, str]:
+    """The checkpoint a run folder stands for, and how to say which: the one its final test scored
+    (results.json's ``tested``: best.pt, or averaged.pt with ``eval.average_last``), else best.pt, else
+    last.pt (a run stopped before its first evaluation: its latest weights)."""
+    try:
+        tested = json.loads((folder / "results.json").read_text(encoding="utf-8")).get("tested")
+    except (OSError, ValueError, AttributeError):
+        tested = None
+    if isinstance(tested, str) and tested in RUN_CHECKPOINTS and (folder / tested).is_file():
+        return folder / tested, f"{tested}, the checkpoint its final test scored"
+    if (folder / "best.pt").is_file():
+        return folder / "best.pt", "its best.pt"
+    return folder / "last.pt", "its last.pt (the run has no evaluation yet: its latest weights)"
 
 
 def read_tokenizer(data: bytes):
@@ -44,12 +63,12 @@ def load_released(path: str | Path, device="cpu"):
 
 def load_model(path: str | Path, device="cpu"):
     """Any model ``translate.py --checkpoint`` takes: a released one, a checkpoint of ours (whose tokenizer
-    may be a Marian model's), or a run folder (its best.pt) -> (model in eval mode on ``device``, tokenizer,
-    config)."""
+    may be a Marian model's), or a run folder (``run_checkpoint``) -> (model in eval mode on ``device``,
+    tokenizer, config)."""
     from transformer.core.checkpoint import load_for_inference  # torch: not for a tokenizing process
 
     if is_released(path):
         return load_released(path, device)
     if Path(path).is_dir():  # a run folder
-        path = Path(path) / "best.pt"
+        path = run_checkpoint(Path(path))[0]
     return load_for_inference(path, device, read_tokenizer)
