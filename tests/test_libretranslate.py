@@ -108,6 +108,9 @@ def test_json_nested_too_deep_is_a_400_not_a_500(server):
             400,
             "alternatives must be a number",
         ),
+        ({"q": "x", "source": "de", "target": "en", "alternatives": "²"}, 400, "alternatives must be"),
+        ({"q": "", "source": "de", "target": "en"}, 400, "Invalid request: missing q parameter"),
+        ({"q": [], "source": "de", "target": "en"}, 400, "Invalid request: missing q parameter"),
     ],
 )
 def test_errors_in_libretranslate_s_shape_and_statuses(server, body, status, error):

@@ -368,3 +368,33 @@ def test_a_schema_fuzzer_finds_no_5xx_and_no_schema_valid_request_refused(tiny_c
         assert "No issues found" in done.stdout and "6 selected" in done.stdout
     finally:
         assert guarded.stop() == 0
+
+
+def test_a_lone_caller_is_not_kept_waiting_for_company(tiny_checkpoint):
+    """With nobody else sending, a batch does not gather: a 5-second --max-wait-ms costs a lone caller
+    nothing (under load the window is what batches requests together)."""
+    batcher = Batcher(lambda: Translator.from_checkpoint(tiny_checkpoint), max_wait_ms=5000)
+    batcher.start()
+    start = time.monotonic()
+    assert batcher.submit(Job([LINES[0]], 1)).result(timeout=60)
+    assert time.monotonic() - start < 2.0
+    batcher.stop()
+
+
+def test_the_smallest_group_of_a_batch_is_decoded_first(monkeypatch, tiny_checkpoint):
+    order, real = [], batcher_module.answer_group
+
+    def recorded(translator, jobs):
+        order.extend(job.beam for job in jobs)
+        return real(translator, jobs)
+
+    monkeypatch.setattr(batcher_module, "answer_group", recorded)
+    batcher = Batcher(lambda: Translator.from_checkpoint(tiny_checkpoint), max_wait_ms=300)
+    batcher.start()
+    batcher.last_batch = 2  # as under load
+    large, small = Job([LONG] * 8, 4), Job([LINES[0]], 1)  # the large request arrives first
+    for job in (large, small):
+        batcher.submit(job)
+    assert large.future.result(timeout=60) and small.future.result(timeout=60)
+    batcher.stop()
+    assert batcher.batches == 1 and order == [1, 4]
