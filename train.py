@@ -41,7 +41,7 @@ from transformer.training.run import Run, TrainingError, check_finite, save, set
 from transformer.training.run_folder import RunFolderError, keep_step_checkpoint, write_results
 from transformer.training.splits import lengths_of
 from transformer.training.usage import UsageParser
-from transformer.training.validation import score_other_test_sets, translate_and_score, validate
+from transformer.training.validation import score_other_test_sets, score_test_set, validate
 
 STOP_REASONS = (None, "max_steps", "max_epochs", "max_minutes", "patience")
 
@@ -67,7 +67,7 @@ def epoch_batches(run: Run) -> Iterator[Batch]:
     batches = make_batches(
         lengths_of(src_ids), lengths_of(tgt_ids), run.config.data.max_tokens, True,
         run.config.train.seed, state.epoch, run.runtime.rank, run.runtime.world_size,
-        indices=run.splits.train_indices,
+        indices=run.splits.epoch_indices(run.config.train.seed, state.epoch),
     )  # fmt: skip
     return iter_batches(src_ids, tgt_ids, batches[state.batch_in_epoch :], *unwrap(run.model).pad_start_eos)
 
@@ -238,7 +238,7 @@ def train_loop(run: Run) -> str:
 def final_test(run: Run, stop_reason: str) -> dict:
     """Decode the test set with best.pt, or with the average of the last ``eval.average_last`` evaluation
     checkpoints (§6.1); write and return results.json (rank 0)."""
-    rt, config, (src_ids, _), refs = run.runtime, run.config, run.splits.test, run.splits.test_refs
+    rt, config = run.runtime, run.config
     tested = run.run_dir / "best.pt"
     if config.eval.average_last:
         tested = run.run_dir / "averaged.pt"
@@ -253,12 +253,13 @@ def final_test(run: Run, stop_reason: str) -> dict:
         save_checkpoint(average_checkpoints(kept, weights), tested)
     model, tokenizer, _ = load_model(tested, rt.device)
     t0 = time.perf_counter()
-    hyps, scores = translate_and_score(model, tokenizer, src_ids, refs, config.eval, rt)
+    hyps, scores, by_corpus = score_test_set(run, model, tokenizer)
     seconds, params = time.perf_counter() - t0, sum(p.numel() for p in model.parameters())
     results = reporting.run_results(
         scores, config, run.state, stop_reason, rt.world_size, tested=tested.name,
         test_decode_seconds=seconds, parameters=params, device=str(rt.device), precision=rt.precision,
         data_cleaning=run.splits.cleaning, test_sets=score_other_test_sets(run, model, tokenizer),
+        **({"test_corpora": by_corpus} if by_corpus else {}),
     )  # fmt: skip
     write_results(run.run_dir, results, hyps)
     print(reporting.test_line(results), flush=True)

@@ -109,10 +109,14 @@ def load_translator(args) -> Translator:
         print(f"translate.py: {args.checkpoint} is a run folder: using {which}", file=sys.stderr)
     try:
         translator = Translator.from_checkpoint(
-            args.checkpoint, args.device, args.precision, **{k: v for k, v in given.items() if v is not None}
-        )
+            args.checkpoint, args.device, args.precision, args.target_lang,
+            **{k: v for k, v in given.items() if v is not None},
+        )  # fmt: skip
+        translator.language_ids()  # a multilingual model without a target language
     except DeviceError as error:
         raise InputError(f"--{error}") from None
+    except ValueError as error:
+        raise UsageError(f"--target-lang: {error}") from None
     beam = translator.settings.beam_size
     if args.nbest is not None and args.nbest > beam:
         raise UsageError(

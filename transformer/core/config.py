@@ -94,6 +94,10 @@ class DataConfig:
     dedup: bool = False  # cleaning: drop exact duplicate pairs (the first one stays)
     train_limit: int = 0  # > 0: keep only the first N training pairs (smoke tests)
     eval_limit: int = 0  # > 0: keep only the first N validation / test pairs (smoke tests)
+    # several corpora in one run, each a mapping of the corpus keys above plus name, weight and tag
+    # (transformer/training/corpora.py; docs/training.md: Many corpora); empty: the one corpus above
+    corpora: list[dict] = field(default_factory=list)
+    sampling_temperature: float = 1.0  # corpora's shares of an epoch ∝ (weight × size)^(1/T)
 
     def __post_init__(self):
         if self.dataset not in ("multi30k", "text", "hub"):
@@ -110,6 +114,8 @@ class DataConfig:
             raise ConfigError(f"data.character_coverage={self.character_coverage} must be in (0, 1]")
         if self.max_ratio < 0.0 or 0.0 < self.max_ratio < 1.0:
             raise ConfigError(f"data.max_ratio={self.max_ratio} must be 0 (off) or >= 1")
+        if self.sampling_temperature <= 0.0:
+            raise ConfigError(f"data.sampling_temperature={self.sampling_temperature} must be > 0")
 
 
 @dataclass(frozen=True)
@@ -241,13 +247,17 @@ def _check_at_least(section: Any, name: str, **minimums: float) -> None:
             raise ConfigError(f"{name}.{key}={getattr(section, key)} must be >= {minimum}")
 
 
-def _coerce(value: Any, annotation: Any, key: str) -> Any:
+def coerce_value(value: Any, annotation: Any, key: str) -> Any:
     """Check (and gently convert) a YAML value to the field's type; errors name the key."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         options = typing.get_args(annotation)
         if value is None and type(None) in options:
             return None
         annotation = next(a for a in options if a is not type(None))
+    if typing.get_origin(annotation) is list:
+        if isinstance(value, list) and all(isinstance(item, dict) for item in value):
+            return [dict(item) for item in value]
+        raise ConfigError(f"{key}: expected a list of mappings, got {value!r}")
     if typing.get_origin(annotation) is dict:
         if isinstance(value, dict) and all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
@@ -285,7 +295,7 @@ def _build(cls: type, values: dict[str, Any], section: str) -> Any:
     for name, value in values.items():
         if name not in fields:
             raise ConfigError(f"unknown key {section}.{name}; valid keys in {section}: {', '.join(fields)}")
-        kwargs[name] = _coerce(value, hints[name], f"{section}.{name}")
+        kwargs[name] = coerce_value(value, hints[name], f"{section}.{name}")
     return cls(**kwargs)
 
 

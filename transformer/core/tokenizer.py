@@ -34,10 +34,12 @@ def train_tokenizer(
     model_type: str = "bpe",
     character_coverage: float = 1.0,
     input_sentence_size: int = 2_000_000,
+    user_defined_symbols: tuple[str, ...] = (),
 ) -> "Tokenizer":
     """Train SentencePiece on `sentences`, write `<model_prefix>.model` / `.vocab`, and load it.
 
     `input_sentence_size` caps how many sentences (sampled at random) the trainer keeps in memory.
+    `user_defined_symbols` become pieces of their own, each always one token (tags such as ``<2en>``).
     """
     if model_type not in MODEL_TYPES:
         raise ValueError(f"unknown model_type {model_type!r}; valid: {', '.join(MODEL_TYPES)}")
@@ -56,6 +58,7 @@ def train_tokenizer(
             unk_id=UNK_ID,
             bos_id=BOS_ID,
             eos_id=EOS_ID,
+            user_defined_symbols=list(user_defined_symbols),
             input_sentence_size=input_sentence_size,
             shuffle_input_sentence=True,
             num_threads=2,
@@ -144,3 +147,13 @@ class Tokenizer:
     def id_to_piece(self, ids: list[int]) -> list[str]:
         """Subword strings ("▁Ein", "<pad>", ...) for labelling plots."""
         return [self._sp.id_to_piece(i) for i in ids]
+
+    def symbol_id(self, piece: str) -> int | None:
+        """The id of a user-defined piece (a tag such as ``<2en>``: always one token, never learnt from
+        text), else None."""
+        from sentencepiece import sentencepiece_model_pb2
+
+        proto = sentencepiece_model_pb2.ModelProto.FromString(self.to_bytes())
+        user_defined = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+        found = [i for i, p in enumerate(proto.pieces) if p.piece == piece and p.type == user_defined]
+        return found[0] if found else None

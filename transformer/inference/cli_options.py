@@ -95,6 +95,11 @@ def build_parser() -> UsageParser:
     parser.add_argument(
         "--attention", default=None, metavar="DIR", help="write cross-attention heatmaps here (see below)"
     )
+    parser.add_argument(
+        "--target-lang", default=None, metavar="LANG",
+        help="the language to translate into: needed by a multilingual model (one trained on several target "
+        "languages, or a released one with >>LANG<< tokens); a bilingual model takes its own or none",
+    )  # fmt: skip
     parser.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:1, ...")
     parser.add_argument(
         "--max-tokens", type=int, default=None, metavar="N",

@@ -54,8 +54,9 @@ from transformer.inference.alignment import word_alignment
 from transformer.inference.quantize import quantized_decoding_model
 from transformer.inference.sampling import Sampling, sample_tokens
 from transformer.training.attention_maps import SentenceAttention, pair_attention
+from transformer.training.corpora import target_languages
 from transformer.training.metrics import bleu_chrf
-from transformer.training.model_formats import load_model
+from transformer.training.model_formats import is_released, load_model
 from transformer.training.precision import autocast, resolve_device, slow_precision
 
 
@@ -109,6 +110,15 @@ def summed_log_probs(log_probs: torch.Tensor, tokens: list[list[int]]) -> list[f
     return picked.masked_fill(~scored.to(log_probs.device), 0.0).sum(dim=1).tolist()
 
 
+def model_languages(config, tokenizer, path: str | Path) -> dict:
+    """A model's languages, as ``Translator`` takes them: a multilingual model's target languages and their
+    tokens (``corpora.target_languages``), else a bilingual model's target language where known (a released
+    model's is not recorded)."""
+    languages = target_languages(config.data, tokenizer)
+    trained = None if languages or is_released(path) else config.data.tgt_lang
+    return {"languages": languages, "trained_target": trained}
+
+
 class Translator:
     """Translate, score, and look at attention, with one model (see the module docstring)."""
 
@@ -120,8 +130,15 @@ class Translator:
         device: str | torch.device = "cpu",
         precision: str = "auto",
         warn: Callable[[str], None] = warn,
+        languages: dict[str, int] | None = None,
+        target_lang: str | None = None,
+        trained_target: str | None = None,
     ):
         """``settings``: beam size, length penalty, batch size (max_tokens) and max_len_offset.
+        ``languages``: a multilingual model's target languages, {code: the id of its token} (``<2fr>``, or a
+        released Marian model's ``>>fra<<``), put in front of every source; ``target_lang``: the one every
+        call uses unless it names another (a multilingual model needs one or the other); ``trained_target``:
+        a bilingual model's target language, if known (another ``target_lang`` is then refused).
         ``precision``: "auto" (bf16 on CUDA, fp32 on the CPU), "fp32", "bf16", "fp16" (the precision a run
         validated in is ``results.json``'s ``precision``); or on the CPU "int8" / "int8-bf16": a copy of the
         model with int8 linear layers (``quantize.py``). ``decoding_model`` says how each is run."""
@@ -131,6 +148,9 @@ class Translator:
         model, self.dtype = quantized_decoding_model(model, precision, self.device)  # dtype: of autocast
         self.model, self.tokenizer, self.settings = model.to(self.device).eval(), tokenizer, settings
         self.warn = warn
+        self.languages, self.trained_target = dict(languages or {}), trained_target
+        self.target_lang = None
+        self.target_lang = self.language_of(target_lang)  # one the model cannot translate into: a ValueError
         self.home_thread = threading.current_thread()  # the thread that built it (_check_thread)
         self.warned_thread = False
         self.max_source_tokens = source_token_limit(model.config, settings)
@@ -143,26 +163,64 @@ class Translator:
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | Path, device: str | torch.device = "cpu", precision: str = "auto", **settings
-    ) -> "Translator":
+        cls, path: str | Path, device: str | torch.device = "cpu", precision: str = "auto",
+        target_lang: str | None = None, **settings,
+    ) -> "Translator":  # fmt: skip
         """A checkpoint written by ``train.py``, or a released model: a Hugging Face Marian folder or
         ``hf:NAME`` (see ``released.py``). ``device``: "cpu", "cuda", "auto", ...; ``settings``: overrides of
-        the checkpoint's ``eval`` settings (beam_size=4, length_penalty=1.0, max_tokens=...)."""
+        the checkpoint's ``eval`` settings (beam_size=4, length_penalty=1.0, max_tokens=...); ``target_lang``:
+        the language to translate into, by default (a multilingual model's; a ValueError if it has none)."""
         device = resolve_device(str(device))
         model, tokenizer, config = load_model(path, device)
         try:
-            return cls(model, tokenizer, dataclasses.replace(config.eval, **settings), device, precision)
+            settings = dataclasses.replace(config.eval, **settings)
+            translator = cls(
+                model, tokenizer, settings, device, precision, **model_languages(config, tokenizer, path)
+            )
         except ValueError as error:  # the checkpoint's own settings cannot work
             raise CheckpointError(f"checkpoint {path}: {error}") from None
+        translator.target_lang = translator.language_of(target_lang)  # one it cannot: a ValueError
+        return translator
 
     def autocast(self):
         return autocast(self.device, self.dtype)
 
     # -------------------------------------------------------------------------------- token ids
 
-    def encode(self, sentences: list[str], where: str = "sentence {n}") -> list[list[int] | None]:
-        """Source ids per sentence (None: blank), truncated to ``max_source_tokens`` with a warning."""
-        return encode_lines(sentences, self.tokenizer, self.max_source_tokens, where, self.warn)
+    def language_of(self, target_lang: str | None) -> str | None:
+        """The target language a call translates into: ``target_lang``, else the translator's own; checked
+        against what the model translates into (a ValueError naming the choices)."""
+        lang = target_lang if target_lang is not None else self.target_lang
+        if self.languages and lang is not None and lang not in self.languages:
+            raise ValueError(
+                f"target language {lang!r}: this model translates into {', '.join(self.languages)}"
+            )
+        if not self.languages and lang is not None and self.trained_target not in (None, lang):
+            raise ValueError(
+                f"target language {lang!r}: this model translates into {self.trained_target} only"
+            )
+        return lang
+
+    def language_ids(self, target_lang: str | None = None) -> list[int]:
+        """The ids in front of every source: a multilingual model's token of the target language (a
+        ValueError if none is chosen); none for a bilingual model."""
+        lang = self.language_of(target_lang)
+        if not self.languages:
+            return []
+        if lang is None:
+            raise ValueError(
+                f"this model translates into {', '.join(self.languages)}: choose a target language"
+            )
+        return [self.languages[lang]]
+
+    def encode(
+        self, sentences: list[str], where: str = "sentence {n}", target_lang: str | None = None
+    ) -> list[list[int] | None]:
+        """Source ids per sentence (None: blank), truncated to ``max_source_tokens`` with a warning; a
+        multilingual model's start with the token of ``target_lang`` (default: the translator's)."""
+        prefix = self.language_ids(target_lang)
+        ids = encode_lines(sentences, self.tokenizer, self.max_source_tokens - len(prefix), where, self.warn)
+        return [None if one is None else prefix + one for one in ids]
 
     def encode_targets(self, sentences: list[str], where: str = "target {n}") -> list[list[int]]:
         """Target ids per sentence (blank: []), truncated to ``max_target_tokens`` with a warning."""
@@ -376,31 +434,36 @@ class Translator:
         with_scores: bool = False,
         prefix: list[str] | None = None,
         sampling: Sampling | None = None,
+        target_lang: str | None = None,
     ) -> list:
         """Translations of ``sentences`` (a list of str), in order: per sentence its text; with
         ``with_scores`` (text, log-prob); with ``nbest`` a list of the ``nbest`` best (texts, or (text,
         log-prob) pairs), best first. ``beam``: beam size (default: the settings'; 1 = greedy).
         ``prefix``: per sentence, target text its translation starts with ("" = none); the rest is
-        searched, and scores count the whole translation. ``sampling``: draw tokens instead (beam 1)."""
+        searched, and scores count the whole translation. ``sampling``: draw tokens instead (beam 1).
+        ``target_lang``: the language to translate into (multilingual models; default: the translator's)."""
         if isinstance(sentences, str):
             raise TypeError("translate() takes a list of sentences, not one str")
         prefixes = None if prefix is None else self.encode_targets(list(prefix), "prefix {n}")
-        sources = self.encode(list(sentences))
+        sources = self.encode(list(sentences), target_lang=target_lang)
         results = self.translate_ids(sources, beam, nbest, with_scores, prefixes, sampling)
         view = [[(self.decode(h.ids), h.log_prob) if with_scores else self.decode(h.ids) for h in hyps]
                 for hyps in results]  # fmt: skip
         return view if nbest is not None else [hyps[0] for hyps in view]
 
-    def score(self, sources: list[str], references: list[str]) -> list[float]:
+    def score(self, sources: list[str], references: list[str], target_lang: str | None = None) -> list[float]:
         """log P(reference + EOS | source) per pair: natural log, summed over tokens (blank source: 0.0)."""
         if len(sources) != len(references):
             raise ValueError(f"{len(sources)} sources but {len(references)} references")
-        return self.score_ids(self.encode(list(sources)), self.encode_targets(list(references)))
+        encoded = self.encode(list(sources), target_lang=target_lang)
+        return self.score_ids(encoded, self.encode_targets(list(references)))
 
-    def attention(self, source: str, target: str | None = None) -> SentenceAttention:
+    def attention(
+        self, source: str, target: str | None = None, target_lang: str | None = None
+    ) -> SentenceAttention:
         """Cross and self attention weights per layer and head, with the token labels of their axes: for
         ``target`` teacher-forced, or (None) for the model's own greedy translation."""
-        src = self.encode([source])[0]
+        src = self.encode([source], target_lang=target_lang)[0]
         if src is None:
             raise ValueError("the source is blank: there is no attention to show")
         return self.attention_ids(src, None if target is None else self.encode_targets([target])[0])
@@ -411,13 +474,14 @@ class Translator:
         return max(len(self.model.decoder.layers) - 2, 0)
 
     def alignments(
-        self, source: str, target: str | None = None, layer: int | None = None, rows: str = "predicted"
-    ) -> list[tuple[int, int]]:
+        self, source: str, target: str | None = None, layer: int | None = None, rows: str = "predicted",
+        target_lang: str | None = None,
+    ) -> list[tuple[int, int]]:  # fmt: skip
         """Word alignment (source word, target word), 0-based, of ``target`` (None: the greedy translation)
         from the cross-attention of decoder ``layer`` averaged over heads (``alignment.word_alignment``)."""
         if not source.strip():
             return []
-        return self.alignments_of(self.attention(source, target), layer, rows)
+        return self.alignments_of(self.attention(source, target, target_lang), layer, rows)
 
     def alignments_of(
         self, attention: SentenceAttention, layer: int | None = None, rows: str = "predicted"
@@ -431,4 +495,10 @@ class Translator:
         tgt = attention.target_pieces
         tgt = tgt[:-1] if tgt and tgt[-1] == eos else tgt
         weights = attention.cross[layer].mean(dim=0)  # (T, S) heads averaged
-        return word_alignment(weights, attention.source_pieces[:-1], tgt, rows)
+        # a multilingual model's language token is no word of the source: words count after it
+        skip = int(any(piece in self.language_pieces() for piece in attention.source_pieces[:1]))
+        return word_alignment(weights[:, skip:], attention.source_pieces[skip:-1], tgt, rows)
+
+    def language_pieces(self) -> list[str]:
+        """The pieces of the target-language tokens (none for a bilingual model)."""
+        return self.tokenizer.id_to_piece(list(self.languages.values())) if self.languages else []

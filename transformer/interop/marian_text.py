@@ -147,6 +147,14 @@ class MarianText:
     def id_to_piece(self, ids: list[int]) -> list[str]:
         return self.hf.convert_ids_to_tokens(list(ids))
 
+    def symbol_id(self, piece: str) -> int | None:
+        """The id of a piece of the vocabulary (a language token such as ``>>fra<<``), else None."""
+        return self.hf.encoder.get(piece)
+
+    def language_pieces(self) -> list[str]:
+        """The target-language tokens of a multilingual Marian model (``>>fra<<``, ...)."""
+        return list(self.hf.supported_language_codes)
+
 
 def read_either(data: bytes):
     """A checkpoint's tokenizer bytes -> a ``MarianText`` (a zip of Marian files) or our ``Tokenizer``: the

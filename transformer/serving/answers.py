@@ -36,12 +36,11 @@ def answer_group(translator: Translator, jobs: list) -> list[list | Exception]:
 def answer_jobs(translator: Translator, jobs: list) -> list[list]:
     """Decode the texts of jobs with the same options in one call; per job, one answer per text."""
     beam, nbest, with_scores = jobs[0].group
-    texts = [text for job in jobs for text in job.texts]
     prefixes = None
     if any(job.prefixes for job in jobs):
         prefix_texts = [p for job in jobs for p in (job.prefixes or [""] * len(job.texts))]
         prefixes = translator.encode_targets(prefix_texts, "texts.{n}.prefix")
-    sources = translator.encode(texts, "texts.{n}")
+    sources = [ids for job in jobs for ids in translator.encode(job.texts, "texts.{n}", job.target_lang)]
     found = translator.translate_ids(sources, beam, nbest if nbest > 1 else None, with_scores, prefixes)
     answers, start = [], 0
     for job in jobs:

@@ -17,13 +17,14 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from transformer.inference.translator import Translator
+from transformer.inference.translator import Translator, model_languages
 from transformer.serving.batcher import Batcher, Job
 from transformer.serving.handling import ERRORS, Refused, error_response, json_response, run_job
 from transformer.serving.keys import ApiKey
 from transformer.serving.libretranslate import add_libretranslate_routes
 from transformer.serving.pages import add_pages
 from transformer.serving.schema import Limits, request_model
+from transformer.training.corpora import directions
 from transformer.training.model_formats import load_model
 from transformer.training.precision import resolve_device
 
@@ -38,14 +39,23 @@ class Service:
     def make_translator(self) -> Translator:
         device = resolve_device(self.device)
         model, tokenizer, self.config = load_model(self.checkpoint, device)
-        return Translator(model, tokenizer, self.config.eval, device, self.precision)
+        languages = model_languages(self.config, tokenizer, self.checkpoint)
+        return Translator(model, tokenizer, self.config.eval, device, self.precision, **languages)
 
     def describe(self, translator: Translator, limits: Limits, max_queue: int) -> dict:
         config, model = self.config, translator.model
+        targets = list(translator.languages) or [translator.trained_target or config.data.tgt_lang]
+        if config.data.corpora:  # ours, trained on several corpora
+            routes = directions(config.data)
+        else:  # one pair; or a released multilingual model: the targets of its >>xx<< tokens
+            routes = [(config.data.src_lang, target) for target in targets]
         return {
             "checkpoint": str(self.checkpoint),
-            "source_language": config.data.src_lang,
-            "target_language": config.data.tgt_lang,
+            "source_language": routes[0][0] if len({s for s, _ in routes}) == 1 else None,
+            "target_language": None if translator.languages else targets[0],
+            "multilingual": bool(translator.languages),  # then every request names its target_lang
+            "target_languages": targets,
+            "directions": [list(route) for route in routes],
             "vocab_size": translator.tokenizer.vocab_size,
             "parameters": sum(p.numel() for p in model.parameters()),
             "architecture": dataclasses.asdict(config.model),
@@ -79,7 +89,9 @@ def field_errors(error: RequestValidationError) -> str:
             where, message = "body", f"not valid JSON ({item.get('ctx', {}).get('error', message)})"
         elif item["type"] == "extra_forbidden":
             known = (
-                "text, prefix" if len(loc) > 3 else "texts, beam, nbest, with_scores, alignments, attention"
+                "text, prefix"
+                if len(loc) > 3
+                else "texts, beam, nbest, with_scores, alignments, attention, target_lang"
             )
             message = f"unknown field (known: {known})"
         parts.append(message if item["type"] == "value_error" and where == "body" else f"{where}: {message}")
@@ -112,7 +124,8 @@ def create_app(
             raise HTTPException(401, "Authorization: Bearer KEY is missing or wrong")
 
     add_error_handlers(app)
-    add_api_routes(app, authorized, request_model(limits, translator.settings.beam_size), description)
+    Request = request_model(limits, translator.settings.beam_size, translator.language_ids, description)
+    add_api_routes(app, authorized, Request, description)
     add_libretranslate_routes(app, limits, description, translator.settings.beam_size)
     add_pages(app, authorized)
     return BodyLimit(app, limits.max_body_bytes)
@@ -142,9 +155,10 @@ def add_api_routes(app: FastAPI, authorized, TranslateRequest: type[BaseModel], 
         """One answer per text, in order: {"text"} (+ "score", "alignment", "attention" when asked); with
         nbest > 1 a list of them, best first. A text may be {"text", "prefix"}: its translation then starts
         with the prefix. "attention" is every layer's and head's cross-attention, as float16 base64 with its
-        shape [layers, heads, target pieces, source pieces]."""
+        shape [layers, heads, target pieces, source pieces]. "target_lang": the language to translate into,
+        one of /model's target_languages (needed by a multilingual model)."""
         job = Job(body.sources, body.beam, body.nbest, body.with_scores, body.alignments, body.attention,
-                  body.prefixes)  # fmt: skip
+                  body.prefixes, body.target_lang)  # fmt: skip
         translations = await run_job(batcher, job, request)
         return await json_response({"translations": translations}, large=body.attention)
 

@@ -43,6 +43,7 @@ class Job:
     alignments: bool = False
     attention: bool = False
     prefixes: list[str] | None = None  # per text, target text its translation starts with ("" = none)
+    target_lang: str | None = None  # the language to translate into (a multilingual model's)
     future: Future = field(default_factory=Future)
     units: int = 0  # what it counts in Batcher.queued: its texts while queued, 1 once withdrawn, 0 once taken
 

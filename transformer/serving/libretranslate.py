@@ -65,10 +65,11 @@ def _one_or_list(values: list[str]) -> str | list[str]:
 
 
 def add_libretranslate_routes(app: FastAPI, limits: Limits, description: dict, default_beam: int) -> None:
-    """The routes above, for the model ``description`` (``app.py``'s ``/model``) and these limits."""
-    source, target = description["source_language"], description["target_language"]
-    languages = [{"code": source, "name": NAMES.get(source, source), "targets": [target]},
-                 {"code": target, "name": NAMES.get(target, target), "targets": []}]  # fmt: skip
+    """The routes above, for the model ``description`` (``app.py``'s ``/model``: its directions) and these
+    limits."""
+    routes = [tuple(route) for route in description["directions"]]
+    languages = language_list(routes)
+    first_target = next(one for one in languages if one["code"] == routes[0][1])
 
     async def admitted(request: Request) -> dict:
         """The request's fields, once its key is checked as LibreTranslate does (400 none, 403 wrong)."""
@@ -88,12 +89,12 @@ def add_libretranslate_routes(app: FastAPI, limits: Limits, description: dict, d
                  500: ERRORS[500]}  # fmt: skip
 
     @app.post("/libretranslate/translate", response_model=None, responses=responses,
-              openapi_extra=request_body(limits, source, target))  # fmt: skip
+              openapi_extra=request_body(limits, routes))  # fmt: skip
     async def translate(request: Request, given: Fields) -> Response:
         """LibreTranslate's /translate: JSON, a form or the query string."""
-        texts, alternatives = checked(given, limits, source, target)
+        texts, alternatives = checked(given, limits, routes)
         n = alternatives + 1
-        job = Job(texts, max(default_beam, n), n)
+        job = Job(texts, max(default_beam, n), n, target_lang=given["target"].lower())
         try:
             found = await run_job(app.state.batcher, job, request)
         except Refused as refused:  # LibreTranslate says 400 for what is wrong with the request
@@ -105,8 +106,8 @@ def add_libretranslate_routes(app: FastAPI, limits: Limits, description: dict, d
         if alternatives:
             others = [[h["text"] for h in hyps[1:]] for hyps in found]
             answer["alternatives"] = others if isinstance(given["q"], list) else others[0]
-        if str(given["source"]).lower() == "auto":  # one model reads one language: nothing to detect
-            detected = {"language": source, "confidence": 100.0}
+        if str(given["source"]).lower() == "auto":  # the model reads its source languages: nothing to detect
+            detected = detected_language(routes, given["target"].lower())
             answer["detectedLanguage"] = [detected] * len(texts) if isinstance(given["q"], list) else detected
         return await json_response(answer)
 
@@ -121,10 +122,28 @@ def add_libretranslate_routes(app: FastAPI, limits: Limits, description: dict, d
         return {"charLimit": limits.max_chars, "frontendTimeout": 500, "apiKeys": required,
                 "keyRequired": required, "suggestions": False, "filesTranslation": False,
                 "supportedFilesFormat": [],
-                "language": {"source": languages[0], "target": languages[1]}}  # fmt: skip
+                "language": {"source": languages[0], "target": first_target}}  # fmt: skip
 
 
-def checked(given: dict, limits: Limits, source: str, target: str) -> tuple[list[str], int]:
+def detected_language(routes: list[tuple[str, str]], target: str) -> dict:
+    """For source "auto": the one language the model translates into ``target`` from (confidence 100), or
+    "auto" with confidence 0 where it reads several (a multilingual model needs no source language)."""
+    sources = list(dict.fromkeys(src for src, tgt in routes if tgt == target))
+    return (
+        {"language": sources[0], "confidence": 100.0}
+        if len(sources) == 1
+        else {"language": "auto", "confidence": 0.0}
+    )
+
+
+def language_list(routes: list[tuple[str, str]]) -> list[dict]:
+    """What /languages answers: every language of the model's directions, with the ones it translates into."""
+    codes = list(dict.fromkeys(code for route in routes for code in route))
+    targets = {code: [tgt for src, tgt in routes if src == code] for code in codes}
+    return [{"code": code, "name": NAMES.get(code, code), "targets": targets[code]} for code in codes]
+
+
+def checked(given: dict, limits: Limits, routes: list[tuple[str, str]]) -> tuple[list[str], int]:
     """The texts and the number of alternatives a request asks for; Refused (400) naming what is wrong."""
     for name in ("q", "source", "target"):
         if name not in given:
@@ -144,10 +163,13 @@ def checked(given: dict, limits: Limits, source: str, target: str) -> tuple[list
         if len(text) > limits.max_chars:
             raise Refused(400, f"Invalid request: {where} has {len(text)} characters, over the limit of "
                                f"{limits.max_chars}")  # fmt: skip
-    for name, allowed in (("source", ("auto", source)), ("target", (target,))):
-        if not isinstance(given[name], str) or given[name].lower() not in allowed:
-            raise Refused(400, f"{given[name]} is not supported as {name}: this model translates {source} "
-                               f"to {target}")  # fmt: skip
+    source, target = given["source"], given["target"]
+    allowed = {"source": ["auto"] + [src for src, _ in routes], "target": [tgt for _, tgt in routes]}
+    for name, value in (("source", source), ("target", target)):
+        if not isinstance(value, str) or value.lower() not in allowed[name]:
+            raise Refused(400, f"{value} is not supported as {name}: {translates(routes)}")
+    if source.lower() != "auto" and (source.lower(), target.lower()) not in routes:
+        raise Refused(400, f"{source} to {target} is not supported: {translates(routes)}")
     if str(given.get("format", "text")).lower() != "text":
         raise Refused(400, f"{given['format']} format is not supported: this service translates text only")
     alternatives = whole_number(given.get("alternatives", 0))
@@ -158,7 +180,11 @@ def checked(given: dict, limits: Limits, source: str, target: str) -> tuple[list
     return texts, alternatives
 
 
-def request_body(limits: Limits, source: str, target: str) -> dict:
+def translates(routes: list[tuple[str, str]]) -> str:
+    return "this model translates " + ", ".join(f"{src} to {tgt}" for src, tgt in routes)
+
+
+def request_body(limits: Limits, routes: list[tuple[str, str]]) -> dict:
     """The OpenAPI request body of /libretranslate/translate, as JSON (a form holds the same fields)."""
     text = {"type": "string", "maxLength": limits.max_chars}
     schema = {
@@ -171,8 +197,8 @@ def request_body(limits: Limits, source: str, target: str) -> dict:
                     {"type": "array", "items": text, "minItems": 1, "maxItems": limits.max_texts},
                 ]
             },
-            "source": {"enum": ["auto", source]},
-            "target": {"enum": [target]},
+            "source": {"enum": ["auto", *dict.fromkeys(src for src, _ in routes)]},
+            "target": {"enum": list(dict.fromkeys(tgt for _, tgt in routes))},
             "format": {"enum": ["text"]},
             "alternatives": {"type": "integer", "minimum": 0, "maximum": limits.max_beam - 1},
             "api_key": {"type": "string"},

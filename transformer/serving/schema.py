@@ -75,13 +75,47 @@ def cross_field_rules(limits: Limits, default_beam: int) -> list[dict]:
     return [{"anyOf": nbest}, {"anyOf": attention}]
 
 
-def request_model(limits: Limits, default_beam: int = 1) -> type[BaseModel]:
-    """The ``POST /translate`` body for these limits; ``beam`` defaults to the model's ``eval.beam_size``."""
+def check_texts(texts: list, chars: int, attention: bool) -> None:
+    """Each text and prefix valid Unicode of at most ``chars`` characters; else a ValueError naming it."""
+    for n, entry in enumerate(texts):
+        fields = {"": entry} if isinstance(entry, str) else {".text": entry.text, ".prefix": entry.prefix}
+        for name, text in fields.items():
+            where = f"texts.{n}{name}"
+            if (problem := unicode_error(text)) is not None:
+                raise ValueError(f"{where}: {problem}")
+            if len(text) > chars:
+                with_attention = " with attention" if attention else ""
+                raise ValueError(
+                    f"{where}: {len(text)} characters, over the limit of {chars}{with_attention}"
+                )
+
+
+def language_rule(schema: dict, description: dict) -> None:
+    """``target_lang`` in the schema: one of a multilingual model's target languages, required; a bilingual
+    model's own, or none."""
+    targets = description.get("target_languages") or []
+    if description.get("multilingual", False):
+        schema["properties"]["target_lang"] = {"enum": targets}
+        schema["required"] = [*schema.get("required", []), "target_lang"]
+    elif targets:
+        schema["properties"]["target_lang"] = {
+            "anyOf": [{"enum": targets}, {"type": "null"}],
+            "default": None,
+        }
+
+
+def request_model(
+    limits: Limits, default_beam: int = 1, check_language=None, description: dict | None = None
+) -> type[BaseModel]:
+    """The ``POST /translate`` body for these limits; ``beam`` defaults to the model's ``eval.beam_size``;
+    ``target_lang`` is checked by ``check_language`` (``Translator.language_ids``: a ValueError naming the
+    choices) against the model's ``description`` (its target languages; required where there are several)."""
     default_beam = min(default_beam, limits.max_beam)
 
     def add_rules(schema: dict) -> None:
         schema["properties"]["texts"]["items"] = text_schema(limits.max_chars)
         schema["allOf"] = cross_field_rules(limits, default_beam)
+        language_rule(schema, description or {})
 
     class TranslateRequest(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=add_rules)
@@ -92,6 +126,7 @@ def request_model(limits: Limits, default_beam: int = 1) -> type[BaseModel]:
         with_scores: bool = False
         alignments: bool = False
         attention: bool = False  # every layer's and head's cross-attention weights (answers.py: the format)
+        target_lang: str | None = None  # the language to translate into (a multilingual model needs it)
 
         @model_validator(mode="after")
         def consistent(self):
@@ -99,20 +134,14 @@ def request_model(limits: Limits, default_beam: int = 1) -> type[BaseModel]:
             if self.attention and len(self.texts) > limits.max_attention_texts:
                 raise ValueError(f"texts: {len(self.texts)} texts with attention, over the limit of "
                                  f"{limits.max_attention_texts}")  # fmt: skip
-            for n, entry in enumerate(self.texts):
-                fields = (
-                    {"": entry} if isinstance(entry, str) else {".text": entry.text, ".prefix": entry.prefix}
-                )
-                for name, text in fields.items():
-                    where = f"texts.{n}{name}"
-                    if (problem := unicode_error(text)) is not None:
-                        raise ValueError(f"{where}: {problem}")
-                    if len(text) > chars:
-                        with_attention = " with attention" if self.attention else ""
-                        raise ValueError(f"{where}: {len(text)} characters, over the limit of {chars}"
-                                         f"{with_attention}")  # fmt: skip
+            check_texts(self.texts, chars, self.attention)
             if self.nbest > self.beam:
                 raise ValueError(f"nbest: {self.nbest} is more than beam={self.beam}: give beam >= nbest")
+            if check_language is not None:
+                try:
+                    check_language(self.target_lang)
+                except ValueError as error:
+                    raise ValueError(f"target_lang: {error}") from None
             return self
 
         @property

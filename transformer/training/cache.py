@@ -1,8 +1,11 @@
 """Where a run's tokenizer and training ids come from: made once, kept in ``data.cache_dir``, reused.
 
     data.cache_dir, else $TRANSFORMER_MT_CACHE, else $XDG_CACHE_HOME/transformer-mt (~/.cache/transformer-mt)
-      tokenizer-<key>/tokenizer.model   key: the training files' SHA-256 and the tokenizer settings
-      store-<key>/                      key: the training files' SHA-256 and the tokenizer's own SHA-256
+      tokenizer-<key>/tokenizer.model   key: the training files' SHA-256 (each corpus's, with its languages,
+                                        when there are several) and the tokenizer settings
+      store-<key>/                      key: one corpus's training files' SHA-256 and the tokenizer's own
+                                        SHA-256: one store per corpus (with the same tokenizer, e.g.
+                                        data.tokenizer, a corpus added to a run is the only one tokenized)
 
 So a second run on the same files and settings — into another run folder, a ``--resume``, every DDP rank —
 trains no tokenizer and tokenizes nothing: it opens both (``token_store.open_store`` checks the store
@@ -13,14 +16,16 @@ a damaged store is rebuilt. ``data.tokenizer: PATH`` uses that SentencePiece mod
 import hashlib
 import json
 import os
+import random
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from transformer.core.config import DataConfig
 from transformer.core.tokenizer import Tokenizer
 from transformer.training.carving import Carved
-from transformer.training.corpus import DataError, ParallelArrow, ParallelFiles, Split
+from transformer.training.corpus import DataError, ParallelArrow, ParallelFiles, Split, iter_lines
 from transformer.training.ranks import Runtime
 from transformer.training.token_store import (
     CHUNK_PAIRS,
@@ -72,12 +77,19 @@ def given_tokenizer(path: str) -> Path:
     return model
 
 
-def cached_tokenizer(train: Split, fingerprint: str, data: DataConfig, log=print) -> Path:
-    """The SentencePiece model for these training files and settings: from the cache, else trained there."""
+def cached_tokenizer(loaded: list, symbols: list[str], data: DataConfig, log=print) -> Path:
+    """The SentencePiece model for these corpora (``datasets.Loaded``) and settings, with ``symbols`` as
+    user-defined pieces: from the cache, else trained there. One corpus without symbols learns from its
+    training files as they are; several learn from ``balanced_sentences``."""
     if data.tokenizer:
         return given_tokenizer(data.tokenizer)
     settings = (data.vocab_size, data.tokenizer_type, data.character_coverage, data.tokenizer_sample)
-    folder = cache_root(data) / f"tokenizer-{key_of('tokenizer', fingerprint, *settings)}"
+    if key_alone(loaded, symbols):
+        key = key_of("tokenizer", loaded[0].fingerprint, *settings)
+    else:
+        corpora = [[one.fingerprint, one.part.data.src_lang, one.part.data.tgt_lang] for one in loaded]
+        key = key_of("tokenizer", corpora, *settings, symbols)
+    folder = cache_root(data) / f"tokenizer-{key}"
     model = folder / "tokenizer.model"
     with cache_lock(folder) as writable:
         if model.is_file():
@@ -94,12 +106,19 @@ def cached_tokenizer(train: Split, fingerprint: str, data: DataConfig, log=print
         building = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
         try:
             with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}-text-") as text:
-                train_elsewhere(sentence_files(train, Path(text)), building / "tokenizer", *settings)
+                files = (sentence_files(loaded[0].corpus["train"], Path(text)) if key_alone(loaded, symbols)
+                         else balanced_sentences(loaded, Path(text), data.tokenizer_sample))  # fmt: skip
+                train_elsewhere(files, building / "tokenizer", *settings, tuple(symbols))
             (building / "tokenizer.vocab").unlink(missing_ok=True)  # later runs read the model alone
             publish(building, folder)
         finally:
             shutil.rmtree(building, ignore_errors=True)
     return model
+
+
+def key_alone(loaded: list, symbols: list[str]) -> bool:
+    """Whether the tokenizer is one corpus's alone (learnt from its files as they are, keyed by them)."""
+    return len(loaded) == 1 and not symbols
 
 
 def sentence_files(train: Split, folder: Path) -> list[Path]:
@@ -111,6 +130,50 @@ def sentence_files(train: Split, folder: Path) -> list[Path]:
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(line.replace("\n", " ") + "\n" for line in train.sentences())
     return [path]
+
+
+def balanced_sentences(loaded: list, folder: Path, sample: int, seed: int = 1) -> list[Path]:
+    """One file with as many sentences of every language of the corpora: up to ``sample`` / languages
+    each, drawn at random from that language's text (a file two corpora share, read once); a language with
+    fewer is repeated up to the largest one's count, so that each weighs the same in the vocabulary."""
+    sides: dict[str, dict] = {}  # language -> {what identifies a side: (split, 0 source / 1 target)}
+    for one in loaded:
+        train = one.corpus["train"]
+        for side, lang in enumerate((one.part.data.src_lang, one.part.data.tgt_lang)):
+            same = train.facts[side][0] if isinstance(train, ParallelFiles) else (one.fingerprint, side)
+            sides.setdefault(lang, {})[same] = (train, side)
+    cap, rng = max(1, sample // len(sides)), random.Random(seed)
+    drawn = {lang: reservoir(side_lines(found.values()), cap, rng) for lang, found in sides.items()}
+    each = max(len(lines) for lines in drawn.values())
+    path = folder / "sentences.txt"
+    with open(path, "w", encoding="utf-8") as f:
+        for lang in sorted(drawn):
+            lines = drawn[lang]
+            copies, rest = divmod(each, len(lines))
+            for line in lines * copies + rng.sample(lines, rest):
+                f.write(line.replace("\n", " ") + "\n")
+    return [path]
+
+
+def side_lines(sides) -> Iterator[str]:
+    """The lines of one side of each split: ``(split, 0)`` its sources, ``(split, 1)`` its targets."""
+    for split, side in sides:
+        if isinstance(split, ParallelFiles):
+            yield from iter_lines((split.src_path, split.tgt_path)[side])
+        else:
+            for chunk in split.chunks(CHUNK_PAIRS):
+                yield from chunk[side]
+
+
+def reservoir(lines: Iterator[str], size: int, rng: random.Random) -> list[str]:
+    """A uniform random sample of at most ``size`` of ``lines`` (Algorithm R), in memory ``size`` lines."""
+    kept = []
+    for n, line in enumerate(lines):
+        if n < size:
+            kept.append(line)
+        elif (j := rng.randrange(n + 1)) < size:
+            kept[j] = line
+    return kept
 
 
 def workers_for(train: Split, data: DataConfig) -> int:

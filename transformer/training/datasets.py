@@ -1,11 +1,13 @@
-"""The corpus a run trains on (``data.dataset``: Multi30k, local text files or a hub dataset), and the
-extra test sets of ``eval.test_sets``: each a ``Corpus`` of named splits.
+"""The corpora a run trains on (``data.dataset``: Multi30k, local text files or a hub dataset; or several,
+``data.corpora``), and the extra test sets of ``eval.test_sets``: each a ``Corpus`` of named splits.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from transformer.core.config import DataConfig
+from transformer.core.config import ConfigError, DataConfig, EvalConfig
 from transformer.training.carving import SIZE_KEYS, carve_missing_splits
+from transformer.training.corpora import Part
 from transformer.training.corpus import (
     SPLITS,
     Corpus,
@@ -44,6 +46,40 @@ def load_test_sets(test_sets: dict[str, str], data: DataConfig) -> Corpus:
             raise DataError(f"eval.test_sets: {name}={where}: {error}") from None
         corpus[f"test/{name}"] = splits[split_name(split)]
     return corpus
+
+
+@dataclass
+class Loaded:
+    """A corpus of the run, read: its ``Part`` (settings), its splits (with its extra test sets, "test/NAME")
+    and its training files' fingerprint (``Split.fingerprint``: the cache's key, the files checked)."""
+
+    part: Part
+    corpus: Corpus
+    fingerprint: str
+
+
+def load_parts(parts: list[Part], settings: EvalConfig) -> list[Loaded]:
+    """Every corpus of the run with its test sets: the one corpus's ``eval.test_sets``, or each of
+    ``data.corpora``'s own ``test_sets`` (named ``<corpus>.<set>``); an error names the corpus's key."""
+    if len(parts) == 1 and parts[0].key == "data":
+        corpus = load_corpus(parts[0].data) | load_test_sets(settings.test_sets, parts[0].data)
+        return [Loaded(parts[0], corpus, corpus["train"].fingerprint())]
+    if settings.test_sets:
+        raise ConfigError(
+            "eval.test_sets with data.corpora: give each corpus its own, data.corpora[i].test_sets"
+        )
+    loaded = []
+    for part in parts:
+        try:
+            corpus = load_corpus(part.data)
+            tests = load_test_sets(part.test_sets, part.data)
+            corpus |= {
+                f"test/{part.name}.{name.removeprefix('test/')}": split for name, split in tests.items()
+            }
+            loaded.append(Loaded(part, corpus, corpus["train"].fingerprint()))
+        except DataError as error:
+            raise DataError(f"{part.key} ({part.name}): {error}") from None
+    return loaded
 
 
 def load_corpus(data: DataConfig) -> Corpus:

@@ -43,6 +43,9 @@ def log_validation(writer, entry: dict, samples: list[tuple[str, str, str]], att
     step = entry["step"]
     for key in ("loss", "ppl", "bleu", "chrf"):
         writer.add_scalar(f"val/{key}", entry[f"val_{key}"], step)
+    for name, scores in entry.get("val_corpora", {}).items():  # several corpora: each one's
+        for key in ("bleu", "chrf"):
+            writer.add_scalar(f"val/{name}/{key}", scores[key], step)
     texts = [f"**src** {src}  \n**ref** {ref}  \n**hyp** {hyp}" for src, ref, hyp in samples]
     writer.add_text("val/translations", "\n\n".join(texts), step)
     kinds = ("cross", "encoder_self", "decoder_self")
@@ -51,10 +54,12 @@ def log_validation(writer, entry: dict, samples: list[tuple[str, str, str]], att
 
 
 def validation_line(entry: dict, seconds: float) -> str:
+    corpora = entry.get("val_corpora", {})
+    each = " (" + ", ".join(f"{name} {scores['bleu']:.2f}" for name, scores in corpora.items()) + ")"
     return (
         f"step {entry['step']} epoch {entry['epoch']}: val loss {entry['val_loss']:.3f} "
-        f"ppl {entry['val_ppl']:.2f} BLEU {entry['val_bleu']:.2f} chrF {entry['val_chrf']:.2f} "
-        f"({seconds:.1f}s)"
+        f"ppl {entry['val_ppl']:.2f} BLEU {entry['val_bleu']:.2f}{each if corpora else ''} "
+        f"chrF {entry['val_chrf']:.2f} ({seconds:.1f}s)"
     )
 
 
@@ -91,6 +96,9 @@ def test_line(results: dict) -> str:
 def log_test(writer, config: Config, results: dict, step: int) -> None:
     """The test BLEU, and the run's hyperparameters with its scores (TensorBoard's HPARAMS tab)."""
     writer.add_scalar("test/bleu", results["test_bleu"], step)
+    for name, scores in results.get("test_corpora", {}).items():  # several corpora: each one's
+        for key in ("bleu", "chrf"):
+            writer.add_scalar(f"test/{name}/{key}", scores[key], step)
     hparams = {f"{section}.{k}": v for section, values in config.to_dict().items() for k, v in values.items()}
     hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in hparams.items()}
     metrics = {"hparam/test_bleu": results["test_bleu"], "hparam/best_val_bleu": results["best_val_bleu"]}

@@ -27,14 +27,15 @@ from transformer.core.optim import make_optimizer
 from transformer.core.tokenizer import Tokenizer
 from transformer.training import reporting
 from transformer.training.cache import train_store
+from transformer.training.corpora import parts_of, prefix_ids, user_symbols
 from transformer.training.corpus import DataError
-from transformer.training.datasets import load_corpus, load_test_sets
+from transformer.training.datasets import load_parts
 from transformer.training.ema import EMA
 from transformer.training.fine_tuning import check_source, load_source, start_from, with_source_model
 from transformer.training.precision import slow_precision
 from transformer.training.ranks import Runtime, setup_runtime
 from transformer.training.run_folder import prepare_run_dir, run_tokenizer, undone_if_refused
-from transformer.training.splits import Splits, cleaning_line, encode_corpus
+from transformer.training.splits import Splits, cleaning_line, encode_corpus, mixture_line
 
 
 class TrainingError(RuntimeError):
@@ -95,15 +96,16 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     resumed = load_checkpoint(last) if resume else None
     if resumed is not None:
         check_resumable(resumed, last, config, runtime.world_size, runtime.precision)
-    corpus = load_corpus(config.data)
-    corpus |= load_test_sets(config.eval.test_sets, config.data)
-    fingerprint = corpus["train"].fingerprint()  # the training files' SHA-256: the cache's key; checks them
+    parts = parts_of(config.data)  # data.corpora, or the one corpus
+    loaded = load_parts(parts, config.eval)  # each with its fingerprint, the cache's key (files checked)
     with undone_if_refused(run_dir, runtime):  # a refused run leaves its folder as it was
         prepare_run_dir(config, run_dir, runtime, resume, overwrite)
         torch.manual_seed(config.train.seed)
-        tokenizer = run_tokenizer(run_dir, corpus["train"], fingerprint, config, runtime, source)
-        store = train_store(corpus["train"], fingerprint, tokenizer, config.data, runtime)
-        splits = encode_corpus(corpus, tokenizer, config, store)
+        tokenizer = run_tokenizer(run_dir, loaded, user_symbols(parts), config, runtime, source)
+        prefixes = [prefix_ids(part, parts, tokenizer) for part in parts]
+        stores = [train_store(one.corpus["train"], one.fingerprint, tokenizer, one.part.data, runtime)
+                  for one in loaded]  # fmt: skip
+        splits = encode_corpus(loaded, stores, prefixes, tokenizer, config)
         model = build_model(config.model, tokenizer).to(runtime.device)  # the same weights on every rank
         if runtime.rank:  # but each rank its own dropout masks
             torch.manual_seed(config.train.seed + 1_000_003 * runtime.rank)
@@ -134,6 +136,8 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     if runtime.is_main:
         run.writer = reporting.open_writer(run_dir, config)
         print(cleaning_line(splits.cleaning, config.data), flush=True)
+        if len(splits.parts) > 1:
+            print(mixture_line(loaded, splits), flush=True)
         print(
             reporting.setup_line(model, runtime, len(splits.train_indices), tokenizer.vocab_size), flush=True
         )

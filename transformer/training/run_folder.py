@@ -16,7 +16,6 @@ from transformer.core.config import Config
 from transformer.core.tokenizer import Tokenizer
 from transformer.training.averaging import step_checkpoints
 from transformer.training.cache import cached_tokenizer
-from transformer.training.corpus import Split
 from transformer.training.model_formats import read_tokenizer as tokenizer_from_bytes
 from transformer.training.ranks import Runtime
 
@@ -113,7 +112,7 @@ def keep_step_checkpoint(run_dir: Path, checkpoint: dict, step: int, keep_last: 
 
 
 def run_tokenizer(
-    run_dir: Path, train: Split, fingerprint: str, config: Config, runtime: Runtime,
+    run_dir: Path, loaded: list, symbols: list[str], config: Config, runtime: Runtime,
     source=None,
 ) -> Tokenizer:  # fmt: skip
     """The run's joint SentencePiece model (§5.1: a shared vocabulary): ``data.tokenizer``, or the one the
@@ -128,10 +127,8 @@ def run_tokenizer(
         elif source is not None:  # fine-tuning a checkpoint of this project: its tokenizer
             spm.write_bytes(source.tokenizer.to_bytes())
         else:
-            model = cached_tokenizer(train, fingerprint, config.data)
+            model = cached_tokenizer(loaded, symbols, config.data)
             shutil.copyfile(model, spm)
-            if model.with_suffix(".vocab").is_file():  # the pieces and their scores, for people to read
-                shutil.copyfile(model.with_suffix(".vocab"), spm.with_suffix(".vocab"))
     runtime.wait_for_main()  # learning it may take longer than NCCL's timeout; every rank then reads it
     path = marian if marian.exists() else spm
     try:

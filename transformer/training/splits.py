@@ -4,13 +4,14 @@ validation and test encoded from their text, every pair kept, in order.
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from transformer.core.config import Config, DataConfig, source_token_limit
 from transformer.core.tokenizer import Tokenizer
-from transformer.training.corpus import Corpus, ParallelText
+from transformer.training.corpora import epoch_counts, epoch_indices
+from transformer.training.corpus import ParallelText
 from transformer.training.token_store import Side, TokenStore
 
 
@@ -67,10 +68,23 @@ def cleaning_line(counts: dict[str, int], data: DataConfig) -> str:
 
 
 @dataclass
-class Splits:
-    """Token ids of each split: train filtered by length; validation / test complete and in order."""
+class PartSplits:
+    """Where one corpus's pairs are in the run's splits: its training pairs kept (indices into the joined
+    training sides), its validation and test sentences (slices of the joined validation and test sets)."""
 
-    train: tuple[Sequence[list[int]], Sequence[list[int]]]  # the token store's two sides (or lists)
+    name: str
+    kept: np.ndarray  # (kept,) int64
+    valid: slice
+    test: slice
+
+
+@dataclass
+class Splits:
+    """Token ids of each split: train filtered by length; validation / test complete and in order. With
+    several corpora each split is theirs one after another (``parts`` says where), every source with its
+    corpus's prefix (``corpora.prefix_pieces``)."""
+
+    train: tuple[Sequence[list[int]], Sequence[list[int]]]  # the token store's two sides (or joined ones)
     train_indices: np.ndarray  # (kept,) the training pairs the cleaning rules keep
     cleaning: dict[str, int]  # how many pairs each cleaning rule dropped (``clean_pairs``)
     valid: tuple[list[list[int]], list[list[int]]]
@@ -78,32 +92,104 @@ class Splits:
     test: tuple[list[list[int]], list[list[int]]]
     test_refs: list[str]
     other_tests: dict[str, tuple[tuple[list[list[int]], list[list[int]]], list[str]]]  # eval.test_sets
+    parts: list[PartSplits] = field(default_factory=list)
+    epoch_counts: list[int] = field(default_factory=list)  # pairs of each corpus in an epoch (weights)
+
+    def epoch_indices(self, seed: int, epoch: int) -> np.ndarray:
+        """The training pairs of an epoch: the kept ones, or with several corpora their weighted mixture."""
+        if len(self.parts) <= 1:
+            return self.train_indices
+        return epoch_indices([part.kept for part in self.parts], self.epoch_counts, seed, epoch)
 
 
-def encode_corpus(corpus: Corpus, tokenizer: Tokenizer, config: Config, store: TokenStore) -> Splits:
-    """The training split from its token store (the first ``data.train_limit`` pairs for smoke runs),
-    cleaned (``clean_pairs``); validation and test encoded here, every pair kept (``data.eval_limit`` slices
-    them), their sources cut to what the model can translate (``source_token_limit``) and their targets to
-    what it can be scored on (``model.max_positions`` - 1), with a warning that counts them."""
-    data = config.data
-    n = min(len(store), data.train_limit) if data.train_limit > 0 else len(store)
-    keep, counts = clean_pairs(store.src.lengths[:n], store.tgt.lengths[:n], store.hashes[:n], data)
-    evaluation = {}
-    for name in ["validation", "test"] + [name for name in corpus if name.startswith("test/")]:
-        split = corpus[name].head(data.eval_limit)
-        src_ids, tgt_ids = encode_split(split, tokenizer)
-        src_ids = _truncate(src_ids, source_token_limit(config.model, config.eval), f"{name} sources")
-        tgt_ids = _truncate(tgt_ids, config.model.max_positions - 1, f"{name} targets (for the loss)")
-        evaluation[name] = ((src_ids, tgt_ids), split.tgt)
-    others = {name.removeprefix("test/"): evaluation[name] for name in evaluation if name.startswith("test/")}
+class Joined(Sequence):
+    """The training sides of several corpora as one sequence: sentence i is sentence i - start of its corpus,
+    with that corpus's ``prefix`` ids in front."""
+
+    def __init__(self, sides: list[Side], prefixes: list[list[int]]):
+        self.sides, self.prefixes = sides, prefixes
+        self.lengths = np.concatenate([side.lengths + len(prefix) for side, prefix in zip(sides, prefixes)])
+        self.starts = np.cumsum([0] + [len(side) for side in sides])  # (corpora + 1,)
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getitem__(self, i: int) -> list[int]:
+        if not 0 <= i < len(self):
+            raise IndexError(f"sentence {i} of {len(self)}")
+        k = int(np.searchsorted(self.starts, i, side="right")) - 1
+        return self.prefixes[k] + self.sides[k][i - int(self.starts[k])]
+
+
+def encode_corpus(loaded: list, stores: list[TokenStore], prefixes: list[list[int]], tokenizer: Tokenizer,
+                  config: Config) -> Splits:  # fmt: skip
+    """Each corpus's training split from its token store (the first ``data.train_limit`` pairs for smoke
+    runs), cleaned by its own rules (``clean_pairs``); validation and test encoded here, every pair kept
+    (``data.eval_limit`` slices them), their sources cut to what the model can translate
+    (``source_token_limit``, its ``prefixes`` included) and their targets to what it can be scored on
+    (``model.max_positions`` - 1), with a warning that counts them. One corpus: its store's sides as such."""
+    joined = len(loaded) > 1 or any(prefixes)
+    sides = [(store.src, store.tgt) for store in stores]
+    src_side = Joined([src for src, _ in sides], prefixes) if joined else stores[0].src
+    tgt_side = Joined([tgt for _, tgt in sides], [[] for _ in sides]) if joined else stores[0].tgt
+    evaluation = {name: ([], [], []) for name in ("validation", "test")}  # sources, targets, references
+    others, parts, counts, start = {}, [], {}, 0
+    for one, store, prefix in zip(loaded, stores, prefixes):
+        data = one.part.data
+        n = min(len(store), data.train_limit) if data.train_limit > 0 else len(store)
+        src_lengths = src_side.lengths[start : start + n]
+        keep, dropped = clean_pairs(src_lengths, store.tgt.lengths[:n], store.hashes[:n], data)
+        counts = {rule: counts.get(rule, 0) + dropped[rule] for rule in dropped}
+        marks = {}
+        for name in evaluation:
+            sources, targets, refs = evaluation[name]
+            (src_ids, tgt_ids), split_refs = encode_eval(
+                one.corpus[name], prefix, tokenizer, config, data, name
+            )
+            marks[name] = slice(len(refs), len(refs) + len(split_refs))
+            sources += src_ids
+            targets += tgt_ids
+            refs += split_refs
+        for name in [name for name in one.corpus if name.startswith("test/")]:
+            others[name.removeprefix("test/")] = encode_eval(
+                one.corpus[name], prefix, tokenizer, config, data, name
+            )
+        parts.append(PartSplits(one.part.name, keep + start, marks["validation"], marks["test"]))
+        start += len(store)
+    weights = [one.part.weight for one in loaded]
+    sizes = [len(part.kept) for part in parts]
     return Splits(
-        (store.src, store.tgt), keep, counts, *evaluation["validation"], *evaluation["test"], others
-    )
+        (src_side, tgt_side), np.concatenate([part.kept for part in parts]), counts,
+        *split_of(evaluation["validation"]), *split_of(evaluation["test"]), others, parts,
+        epoch_counts(sizes, weights, config.data.sampling_temperature),
+    )  # fmt: skip
+
+
+def mixture_line(loaded: list, splits: Splits) -> str:
+    """What an epoch of several corpora holds: each corpus's kept pairs, weight and pairs an epoch."""
+    each = ", ".join(f"{part.name} {len(part.kept)} × {one.part.weight:g} -> {count}"
+                     for one, part, count in zip(loaded, splits.parts, splits.epoch_counts))  # fmt: skip
+    return f"data: an epoch holds {sum(splits.epoch_counts)} pairs: {each}"
+
+
+def split_of(encoded: tuple[list, list, list]) -> tuple[tuple[list, list], list]:
+    sources, targets, refs = encoded
+    return (sources, targets), refs
+
+
+def encode_eval(split, prefix: list[int], tokenizer: Tokenizer, config: Config, data: DataConfig, name: str):
+    """((source ids with ``prefix`` in front, target ids), references) of a validation or test split."""
+    split = split.head(data.eval_limit)
+    src_ids, tgt_ids = encode_split(split, tokenizer)
+    limit = source_token_limit(config.model, config.eval) - len(prefix)
+    src_ids = [prefix + ids for ids in _truncate(src_ids, limit, f"{name} sources")]
+    tgt_ids = _truncate(tgt_ids, config.model.max_positions - 1, f"{name} targets (for the loss)")
+    return (src_ids, tgt_ids), split.tgt
 
 
 def lengths_of(ids: Sequence[list[int]]) -> Sequence[int]:
     """Tokens per sentence: a token store's side knows them without reading a sentence."""
-    return ids.lengths if isinstance(ids, Side) else [len(sentence) for sentence in ids]
+    return ids.lengths if isinstance(ids, (Side, Joined)) else [len(sentence) for sentence in ids]
 
 
 def _truncate(ids: list[list[int]], limit: int, what: str) -> list[list[int]]:

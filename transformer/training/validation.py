@@ -47,7 +47,8 @@ def translate_and_score(
 
 def validate(run: Run, model: Transformer) -> dict:
     """Validation loss and greedy BLEU / chrF of ``model`` (rank 0), logged and printed, with the attention
-    heatmaps of the first ``eval.n_alignment_sentences`` sentences; returns the history entry."""
+    heatmaps of the first ``eval.n_alignment_sentences`` sentences (of each corpus); returns the history
+    entry. With several corpora, BLEU and chrF are their corpora's mean, each one's also in the entry."""
     t0, settings, state, rt = time.perf_counter(), run.config.eval, run.state, run.runtime
     (src_ids, tgt_ids), refs = run.splits.valid, run.splits.valid_refs
     batches = make_batches([len(s) for s in src_ids], [len(t) for t in tgt_ids], settings.max_tokens, False)
@@ -56,24 +57,58 @@ def validate(run: Run, model: Transformer) -> dict:
     greedy = dataclasses.replace(settings, beam_size=1)
     decoding, dtype, hyp_ids = translate_split(model, src_ids, greedy, rt, "validate")
     hyps = run.tokenizer.decode_batch(hyp_ids)
-    scores = bleu_chrf(hyps, refs)
+    scores, by_part = scores_by_part(hyps, refs, run.splits.parts, "valid")
     entry = {"step": state.step, "epoch": state.epoch}
     entry |= {f"val_{key}": (loss | scores)[key] for key in ("loss", "ppl", "bleu", "chrf")}
-    attentions = {}
-    with torch.no_grad(), autocast(rt.device, dtype):
-        for n in range(min(settings.n_alignment_sentences, len(src_ids))):
-            ended = ended_with_eos(decoding, src_ids[n], hyp_ids[n], settings.max_len_offset)
-            attentions[f"sentence_{n}"] = pair_attention(
-                decoding, run.tokenizer, src_ids[n], hyp_ids[n], ended
-            )
-            if settings.alignment_references:  # the reference, teacher-forced
-                reference = pair_attention(decoding, run.tokenizer, src_ids[n], tgt_ids[n], True)
-                attentions[f"sentence_{n}/reference"] = reference
-    n_samples = min(settings.n_sample_translations, len(hyps))
-    sources = run.tokenizer.decode_batch(src_ids[:n_samples])
-    reporting.log_validation(run.writer, entry, list(zip(sources, refs, hyps)), attentions)
+    entry |= {"val_corpora": by_part} if by_part else {}
+    attentions, samples = {}, []
+    for part in run.splits.parts:  # each corpus's first sentences (one corpus: tags as they always were)
+        tag = f"{part.name}/" if by_part else ""
+        first = range(part.valid.start, part.valid.stop)
+        with torch.no_grad(), autocast(rt.device, dtype):
+            for n, i in enumerate(first[: settings.n_alignment_sentences]):
+                ended = ended_with_eos(decoding, src_ids[i], hyp_ids[i], settings.max_len_offset)
+                attentions[f"{tag}sentence_{n}"] = pair_attention(
+                    decoding, run.tokenizer, src_ids[i], hyp_ids[i], ended
+                )
+                if settings.alignment_references:  # the reference, teacher-forced
+                    reference = pair_attention(decoding, run.tokenizer, src_ids[i], tgt_ids[i], True)
+                    attentions[f"{tag}sentence_{n}/reference"] = reference
+        shown = first[: settings.n_sample_translations]
+        sources = run.tokenizer.decode_batch([src_ids[i] for i in shown])
+        samples += [(source, refs[i], hyps[i]) for source, i in zip(sources, shown)]
+    reporting.log_validation(run.writer, entry, samples, attentions)
     print(reporting.validation_line(entry, time.perf_counter() - t0), flush=True)
     return entry
+
+
+def scores_by_part(hyps: list[str], refs: list[str], parts: list, split: str) -> tuple[dict, dict]:
+    """(BLEU / chrF of the whole split, {}) with one corpus; with several, (their mean, {corpus: its
+    ``bleu_chrf``}), ``split`` ("valid" or "test") saying which slice of each corpus's (``PartSplits``)."""
+    if len(parts) <= 1:
+        return bleu_chrf(hyps, refs), {}
+    by_part = {}
+    for part in parts:
+        where = getattr(part, split)
+        by_part[part.name] = bleu_chrf(hyps[where], refs[where]) | {"sentences": where.stop - where.start}
+    mean = {key: sum(scores[key] for scores in by_part.values()) / len(by_part) for key in ("bleu", "chrf")}
+    return mean | {"signature": next(iter(by_part.values()))["signature"]}, by_part
+
+
+def score_test_set(run: Run, model: Transformer, tokenizer) -> tuple[list[str], dict, dict]:
+    """The test set decoded with the ``eval`` settings: (translations, scores, {corpus: scores}), with
+    several corpora their mean and each one's (``scores_by_part``), each one's translations also in
+    RUN_DIR/test_hypotheses.<corpus>.txt (rank 0)."""
+    (src_ids, _), refs, parts = run.splits.test, run.splits.test_refs, run.splits.parts
+    hyps, _ = translate_and_score(model, tokenizer, src_ids, refs, run.config.eval, run.runtime)
+    scores, by_part = scores_by_part(hyps, refs, parts, "test")
+    for part in parts if by_part else []:
+        text = "".join(h + "\n" for h in hyps[part.test])
+        (run.run_dir / f"test_hypotheses.{part.name}.txt").write_text(text, "utf-8")
+        print(
+            f"test {part.name}: BLEU {by_part[part.name]['bleu']:.2f} chrF {by_part[part.name]['chrf']:.2f}"
+        )
+    return hyps, scores, by_part
 
 
 def score_other_test_sets(run: Run, model: Transformer, tokenizer) -> dict[str, dict]:

@@ -48,8 +48,13 @@ async function describeModel() {
   }
   limits = m.limits;
   if (key !== null) await fetch("/docs/access", {method: "POST", headers: authorization()});  // opens /docs
-  $("model").textContent = `${m.source_language} → ${m.target_language}: ${m.decoder_layers} decoder layers, ` +
+  const directions = m.directions.map(([source, target]) => `${source} → ${target}`).join(", ");
+  $("model").textContent = `${directions}: ${m.decoder_layers} decoder layers, ` +
     `${m.heads} heads, ${(m.parameters / 1e6).toFixed(2)}M parameters, vocabulary ${m.vocab_size}`;
+  if (m.multilingual) {  // every request names the language to translate into
+    fillSelect($("target-lang"), m.target_languages.map((code) => [code, code]), m.target_languages[0]);
+    $("target-label").hidden = false;
+  }
 }
 
 async function translate(event) {
@@ -60,7 +65,9 @@ async function translate(event) {
   try {
     const attention = texts.length <= limits.max_attention_texts &&
       texts.every((text) => text.length <= limits.max_attention_chars);  // else translations alone
-    showResults(texts, await post({texts, beam, nbest, with_scores: true, alignments: true, attention}));
+    const request = {texts, beam, nbest, with_scores: true, alignments: true, attention};
+    if (!$("target-label").hidden) request.target_lang = $("target-lang").value;
+    showResults(texts, await post(request));
     $("status").textContent = "";
   } catch (error) {
     $("status").textContent = `error: ${error.message}`;

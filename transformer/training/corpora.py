@@ -1,0 +1,194 @@
+"""Several corpora in one run (``data.corpora``): which they are, how much of each an epoch holds, and the
+tokens put in front of their sources.
+
+    data:
+      corpora:
+        - {dataset: multi30k, src_lang: de, tgt_lang: en}
+        - {dataset: text, train_prefix: bt/mono, src_lang: de, tgt_lang: en, tag: bt, weight: 0.5,
+           name: bt-de-en, valid_size: 500, test_size: 500}
+      sampling_temperature: 1.0
+
+A corpus takes the keys of the one corpus of a run without ``corpora`` (``CORPUS_KEYS``: where it is, its
+languages, how it is carved and cleaned; the run's own value where it gives none), and three more:
+
+    name    how its validation and test scores are reported (default ``<src_lang>-<tgt_lang>``; unique)
+    weight  its share of the training stream relative to its size (default 1.0; > 0)
+    tag     a token ``<tag>`` put in front of every one of its sources (e.g. ``bt`` for back-translation)
+
+**An epoch** holds ``count_i = round(p_i × Σ_j w_j n_j)`` pairs of corpus i, with n_i its kept training pairs,
+w_i its weight and p_i ∝ (w_i n_i)^(1/T), T = ``data.sampling_temperature``: at T = 1, simply round(w_i n_i)
+(weight 2: every pair twice; weight 0.5: a fresh random half each epoch); a higher T moves the shares towards
+equal ones (multilingual balancing). Each corpus gives ``count_i // n_i`` whole copies of itself and a random
+``count_i % n_i`` of its pairs, drawn again every epoch from ``train.seed`` and the epoch.
+
+**Multilingual**: when the corpora have more than one target language, every source starts with the token of
+its target language, ``<2xx>`` (Johnson et al., 2017), then its tag. Both are user-defined pieces of the
+run's SentencePiece model, which is learnt from an equal number of sentences of every language.
+"""
+
+import dataclasses
+import re
+import typing
+from dataclasses import dataclass
+
+import numpy as np
+
+from transformer.core.config import ConfigError, DataConfig, coerce_value
+
+CORPUS_KEYS = ("dataset", "src_lang", "tgt_lang", "data_dir", "hub_name", "hub_config", "text_prefix",
+               "train_prefix", "valid_prefix", "test_prefix", "valid_size", "test_size", "split_seed",
+               "max_len", "max_ratio", "dedup", "train_limit", "eval_limit", "test_sets")  # fmt: skip
+OWN_KEYS = {"name": str, "weight": float, "tag": str}
+WHERE_KEYS = ("text_prefix", "train_prefix", "valid_prefix", "test_prefix", "hub_name", "hub_config")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+TAG = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")  # never <2xx>, a language's token
+RESERVED_TAGS = ("s", "pad", "unk")  # <s>, <pad>, <unk>: SentencePiece's own pieces
+
+
+def language_piece(lang: str) -> str:
+    """The target-language token of a multilingual model: ``<2fr>``."""
+    return f"<2{lang}>"
+
+
+def tag_piece(tag: str) -> str:
+    return f"<{tag}>"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One corpus of a run: its name, settings (the run's data settings with its own keys), weight and tag."""
+
+    name: str
+    data: DataConfig
+    weight: float = 1.0
+    tag: str | None = None
+    key: str = "data"  # where the config gives it, for error messages
+    test_sets: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def direction(self) -> str:
+        return f"{self.data.src_lang}-{self.data.tgt_lang}"
+
+
+def parts_of(data: DataConfig) -> list[Part]:
+    """The corpora of a run: ``data.corpora``'s, checked (each error names its key), or the one corpus."""
+    if not data.corpora:
+        return [Part(f"{data.src_lang}-{data.tgt_lang}", data)]
+    for key in WHERE_KEYS:
+        if getattr(data, key) is not None:
+            raise ConfigError(f"data.{key}={getattr(data, key)} with data.corpora: give it in its corpus")
+    parts = [part_of(entry, i, data) for i, entry in enumerate(data.corpora)]
+    for i, part in enumerate(parts):
+        for other in parts[:i]:
+            if part.name == other.name:
+                raise ConfigError(f"{part.key}.name={part.name!r} is also {other.key}'s: a corpus's name "
+                                  "names its scores, give each its own")  # fmt: skip
+            if part.tag is not None and part.tag == other.tag:
+                raise ConfigError(f"{part.key}.tag={part.tag!r} is also {other.key}'s: a tag marks one "
+                                  "corpus (join their files, or give each its own tag)")  # fmt: skip
+    return parts
+
+
+def part_of(entry: dict, i: int, data: DataConfig) -> Part:
+    where, hints = f"data.corpora[{i}]", typing.get_type_hints(DataConfig)
+    values = {}
+    for key, value in entry.items():
+        if key not in CORPUS_KEYS and key not in OWN_KEYS:
+            raise ConfigError(f"unknown key {where}.{key}; a corpus takes {', '.join(CORPUS_KEYS)}, "
+                              f"{', '.join(OWN_KEYS)}")  # fmt: skip
+        annotation = OWN_KEYS.get(key) or (dict[str, str] if key == "test_sets" else hints[key])
+        values[key] = coerce_value(value, annotation, f"{where}.{key}")
+    for key in ("src_lang", "tgt_lang"):
+        if key not in values:
+            raise ConfigError(f"{where}: no {key} (every corpus names its languages)")
+    name = values.pop("name", f"{values['src_lang']}-{values['tgt_lang']}")
+    weight, tag, test_sets = values.pop("weight", 1.0), values.pop("tag", None), values.pop("test_sets", {})
+    if not NAME.fullmatch(name) or name in ("validation", "test"):
+        raise ConfigError(f"{where}.name={name!r} is not a usable name (letters, digits, _ . -)")
+    if not weight > 0:
+        raise ConfigError(f"{where}.weight={weight} must be > 0 (leave a corpus out to drop it)")
+    if tag is not None and (not TAG.fullmatch(tag) or tag in RESERVED_TAGS):
+        raise ConfigError(f"{where}.tag={tag!r}: expected a name (letters, digits, _ . -) other than "
+                          f"{', '.join(RESERVED_TAGS)}")  # fmt: skip
+    try:
+        own = dataclasses.replace(data, corpora=[], **values)
+    except ConfigError as error:
+        raise ConfigError(str(error).replace("data.", f"{where}.", 1)) from None
+    return Part(name, own, weight, tag, where, test_sets)
+
+
+def languages(parts: list[Part]) -> list[str]:
+    """The target languages of a multilingual run (more than one), else []."""
+    targets = sorted({part.data.tgt_lang for part in parts})
+    return targets if len(targets) > 1 else []
+
+
+def prefix_pieces(part: Part, parts: list[Part]) -> list[str]:
+    """The pieces in front of every source of ``part``: its target language's (multilingual), its tag."""
+    pieces = [language_piece(part.data.tgt_lang)] if languages(parts) else []
+    return pieces + ([tag_piece(part.tag)] if part.tag else [])
+
+
+def user_symbols(parts: list[Part]) -> list[str]:
+    """Every piece the run's tokenizer must hold as one user-defined piece, in a fixed order."""
+    return sorted({piece for part in parts for piece in prefix_pieces(part, parts)})
+
+
+def directions(data: DataConfig) -> list[tuple[str, str]]:
+    """The directions a model was trained for, (source, target) in the config's order (a checkpoint's)."""
+    return list(dict.fromkeys((part.data.src_lang, part.data.tgt_lang) for part in parts_of(data)))
+
+
+# -------- the training stream --------------------------------------------------------------------------
+
+
+def epoch_counts(sizes: list[int], weights: list[float], temperature: float) -> list[int]:
+    """Pairs of each corpus in one epoch: round(p_i × Σ w_j n_j), p_i ∝ (w_i n_i)^(1/T) (module docstring)."""
+    weighted = np.asarray(weights, dtype=np.float64) * np.asarray(sizes, dtype=np.float64)
+    shares = weighted ** (1.0 / temperature)
+    shares = shares / shares.sum() if shares.sum() > 0 else shares
+    return [int(round(share * weighted.sum())) for share in shares]
+
+
+def epoch_indices(kept: list[np.ndarray], counts: list[int], seed: int, epoch: int) -> np.ndarray:
+    """The training pairs of one epoch (with repeats): of each corpus (``kept``: its pairs' indices),
+    ``count // n`` whole copies and a random ``count % n`` of them, drawn from (seed, epoch, corpus)."""
+    chosen = []
+    for i, (indices, count) in enumerate(zip(kept, counts)):
+        copies, rest = divmod(count, len(indices)) if len(indices) else (0, 0)
+        chosen += [indices] * copies
+        if rest:
+            generator = np.random.default_rng([seed, epoch, i])
+            chosen.append(np.sort(generator.choice(indices, size=rest, replace=False)))
+    return np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+
+
+# -------- the tokens in front of a source ----------------------------------------------------------------
+
+
+def prefix_ids(part: Part, parts: list[Part], tokenizer) -> list[int]:
+    """The ids of ``prefix_pieces``; a piece the tokenizer lacks as a piece of its own (one it learnt from
+    text, or none: a given ``data.tokenizer`` or a fine-tuned model's) is a ``ConfigError`` naming the key."""
+    ids = []
+    for piece in prefix_pieces(part, parts):
+        if (i := tokenizer.symbol_id(piece)) is None:
+            key = f"{part.key}.tag" if piece == tag_piece(part.tag or "") else f"{part.key}.tgt_lang"
+            raise ConfigError(
+                f"{key}: the run's tokenizer has no user-defined piece {piece} (a word piece of "
+                "that spelling would collide with it); train the tokenizer with these corpora"
+            )
+        ids.append(i)
+    return ids
+
+
+MARIAN_LANGUAGE = re.compile(r">>(.+)<<")  # a released multilingual Marian model's language tokens
+
+
+def target_languages(data: DataConfig, tokenizer) -> dict[str, int]:
+    """{target language: its token's id} of a multilingual model, {} of a bilingual one: the target
+    languages its config's corpora name (``<2xx>``), else a released Marian model's ``>>xx<<`` pieces."""
+    if data.corpora:
+        langs = languages(parts_of(data))
+        return {lang: i for lang in langs if (i := tokenizer.symbol_id(language_piece(lang))) is not None}
+    pieces = getattr(tokenizer, "language_pieces", list)()
+    return {MARIAN_LANGUAGE.fullmatch(piece).group(1): tokenizer.symbol_id(piece) for piece in pieces}
