@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import ROOT
+
 from transformer.core.config import ConfigError, load_config
 from transformer.training.corpora import epoch_counts, epoch_indices, parts_of, prefix_pieces, user_symbols
 from transformer.training.corpus import DataError
@@ -42,8 +42,10 @@ def config_with(corpora: list[dict], *overrides: str):
 
 
 def train(tmp_path: Path, name: str, corpora: list[dict], *overrides: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "train.py", "--config", "tiny", "--run-dir", str(tmp_path / name),
-               "--set", f"data.corpora={json.dumps(corpora)}", *(x for o in overrides for x in ("--set", o))]  # fmt: skip
+    sets = [
+        x for override in (f"data.corpora={json.dumps(corpora)}", *overrides) for x in ("--set", override)
+    ]
+    command = [sys.executable, "train.py", "--config", "tiny", "--run-dir", str(tmp_path / name), *sets]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
@@ -60,11 +62,17 @@ def translate(checkpoint: Path, *args: str) -> subprocess.CompletedProcess:
     [
         ([{"src_lang": "de", "tgt_lang": "en", "weight": 0}], r"data.corpora\[0\].weight=0.0 must be > 0"),
         ([{"src_lang": "de", "tgt_lang": "en", "weight": -1}], r"data.corpora\[0\].weight=-1.0 must be > 0"),
-        ([{"src_lang": "de", "tgt_lang": "en"}, {"src_lang": "de", "tgt_lang": "en", "tag": "bt"}],
-         r"data.corpora\[1\].name='de-en' is also data.corpora\[0\]'s"),
-        ([{"src_lang": "de", "tgt_lang": "en", "tag": "bt"},
-          {"src_lang": "de", "tgt_lang": "en", "tag": "bt", "name": "two"}],
-         r"data.corpora\[1\].tag='bt' is also data.corpora\[0\]'s"),
+        (
+            [{"src_lang": "de", "tgt_lang": "en"}, {"src_lang": "de", "tgt_lang": "en", "tag": "bt"}],
+            r"data.corpora\[1\].name='de-en' is also data.corpora\[0\]'s",
+        ),
+        (
+            [
+                {"src_lang": "de", "tgt_lang": "en", "tag": "bt"},
+                {"src_lang": "de", "tgt_lang": "en", "tag": "bt", "name": "two"},
+            ],
+            r"data.corpora\[1\].tag='bt' is also data.corpora\[0\]'s",
+        ),
         ([{"src_lang": "de", "tgt_lang": "en", "tag": "unk"}], r"data.corpora\[0\].tag='unk'"),
         ([{"src_lang": "de", "tgt_lang": "en", "tag": "2en"}], r"data.corpora\[0\].tag='2en'"),
         ([{"src_lang": "de", "tgt_lang": "en", "wieght": 2}], r"unknown key data.corpora\[0\].wieght"),
@@ -211,3 +219,107 @@ def test_the_translator_puts_the_target_language_first(both_ways):
         translator.translate(["Ein Mann."])
     # word alignments count the source's words, not its language token
     assert {i for i, _ in translator.alignments("Ein Mann.", "A man.", target_lang="en")} <= {0, 1}
+
+
+def test_tagged_back_translation_end_to_end(tmp_path, three_languages, both_ways):
+    """The documented workflow on tiny data: English monolingual text translated into German by a model of
+    the other direction (sampled), then de→en trained on the real pairs plus the tagged synthetic ones."""
+    mono = [line for line in (three_languages / "train.en").read_text().splitlines()[2000:2200]]
+    (tmp_path / "mono.en").write_text("".join(line + "\n" for line in mono), encoding="utf-8")
+    done = translate(both_ways, "--target-lang", "de", "--input", str(tmp_path / "mono.en"),
+                     "--output", str(tmp_path / "mono.de"), "--sample", "--top-k", "10")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    synthetic = (tmp_path / "mono.de").read_text(encoding="utf-8").splitlines()
+    assert len(synthetic) == 200 and synthetic != mono
+    corpora = [text_corpus(three_languages, "de", "en"),
+               {"dataset": "text", "train_prefix": f"{tmp_path}/mono", "src_lang": "de", "tgt_lang": "en",
+                "name": "bt", "tag": "bt", "weight": 0.5}]  # fmt: skip
+    done = train(tmp_path, "run", corpora, "data.train_limit=600", "train.max_steps=20")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "de-en 600 × 1 -> 600, bt 200 × 0.5 -> 100" in done.stdout
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert list(results["test_corpora"]) == ["de-en"]  # the synthetic corpus trains only
+    from transformer import Translator
+
+    translator = Translator.from_checkpoint(tmp_path / "run" / "best.pt")
+    assert translator.tokenizer.symbol_id("<bt>") is not None  # one piece of its own
+    assert translator.language_ids() == []  # one target language: nothing in front at translation time
+
+
+def test_fine_tuning_mixes_the_old_data_in(tmp_path, three_languages, tiny_checkpoint):
+    corpora = [text_corpus(three_languages, "de", "en", name="domain"),
+               {"dataset": "multi30k", "src_lang": "de", "tgt_lang": "en", "weight": 0.2}]  # fmt: skip
+    done = train(tmp_path, "run", corpora, f"train.init_from={tiny_checkpoint}", "data.train_limit=500",
+                 "train.max_steps=10")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "domain 500 × 1 -> 500, de-en 500 × 0.2 -> 100" in done.stdout
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert set(results["test_corpora"]) == {"domain", "de-en"}
+
+
+def test_a_tag_the_fine_tuned_model_lacks_is_refused_and_the_folder_left_as_it_was(
+    tmp_path, three_languages, tiny_checkpoint
+):
+    corpora = [text_corpus(three_languages, "de", "en", tag="bt")]
+    done = train(tmp_path, "run", corpora, f"train.init_from={tiny_checkpoint}")
+    assert done.returncode == 1
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: data.corpora[0].tag: the run's tokenizer has no user-defined piece <bt>")
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_service_translates_into_the_language_asked_for(both_ways):
+    from servers import Server
+
+    server = Server(both_ways)
+    try:
+        status, model = server.request("GET", "/model")
+        assert status == 200 and model["multilingual"] is True
+        assert model["directions"] == [["de", "en"], ["en", "de"]] and model["target_languages"] == [
+            "de",
+            "en",
+        ]
+        status, answer = server.translate(texts=["Ein Mann steht auf der Straße."])
+        assert status == 422 and "target_lang: this model translates into de, en" in answer["error"]
+        status, answer = server.translate(texts=["Ein Mann."], target_lang="fr")
+        assert status == 422 and "target_lang: target language 'fr'" in answer["error"]
+        status, answer = server.translate(texts=["Ein Mann steht auf der Straße."], target_lang="en")
+        expected = translate(both_ways, "--target-lang", "en", "Ein Mann steht auf der Straße.").stdout
+        assert status == 200 and answer["translations"][0]["text"] == expected.strip()
+        asked = {"q": "A man is standing on the street.", "source": "en", "target": "de"}
+        status, answer = server.request("POST", "/libretranslate/translate", asked)
+        expected = translate(both_ways, "--target-lang", "de", "A man is standing on the street.").stdout
+        assert status == 200 and answer["translatedText"] == expected.strip()
+        status, answer = server.request("POST", "/libretranslate/translate",
+                                        {"q": "Ein Mann.", "source": "de", "target": "de"})  # fmt: skip
+        assert (
+            status == 400
+            and answer["error"] == "de to de is not supported: this model translates de to en, en to de"
+        )
+        status, languages = server.request("GET", "/libretranslate/languages")
+        assert [(one["code"], one["targets"]) for one in languages] == [("de", ["en"]), ("en", ["de"])]
+    finally:
+        server.stop()
+
+
+def test_a_released_multilingual_marian_model_takes_the_same_flag(both_ways, tmp_path):
+    """Our two-direction model exported as a Marian folder whose language tokens are spelt as released
+    multilingual models spell them (>>de<<, >>en<<): --target-lang picks them, as ours picks <2de>."""
+    from transformer.interop.marian import main as marian
+
+    assert marian(["export", str(both_ways), str(tmp_path / "hf")]) == 0
+    vocab_path = tmp_path / "hf" / "vocab.json"
+    vocab = json.loads(vocab_path.read_text(encoding="utf-8"))
+    vocab = {
+        (f">>{piece[2:-1]}<<" if piece in ("<2de>", "<2en>") else piece): i for piece, i in vocab.items()
+    }
+    vocab_path.write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    sentence = "A man is standing on the street."
+    released = translate(tmp_path / "hf", "--target-lang", "de", sentence)
+    ours = translate(both_ways, "--target-lang", "de", sentence)
+    assert released.returncode == 0 and released.stdout == ours.stdout, released.stderr
+    missing = translate(tmp_path / "hf", sentence)
+    assert missing.returncode == 2 and "this model translates into de, en" in missing.stderr

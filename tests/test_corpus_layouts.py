@@ -133,6 +133,20 @@ def test_a_training_split_alone_gets_its_sets_carved_off_seeded_and_disjoint(tmp
     assert train_split.fingerprint() != train_split.source.fingerprint()  # another token store
 
 
+def test_carved_sets_are_disjoint_from_training_by_content_in_a_corpus_that_repeats_pairs(tmp_path, capsys):
+    write_split(tmp_path / "rep.train", pairs(50) * 20)  # 1,000 lines of 50 distinct pairs
+    corpus = load_corpus(
+        DataConfig(dataset="text", text_prefix=str(tmp_path / "rep"), valid_size=20, test_size=20)
+    )
+    valid, test = (set(zip(corpus[s].src, corpus[s].tgt)) for s in ("validation", "test"))
+    kept = [pair for src, tgt in corpus["train"].chunks(64) for pair in zip(src, tgt)]
+    assert not (valid | test) & set(kept) and not valid & test  # no copy of a carved pair anywhere else
+    assert len(valid) == len(corpus["validation"]) and len(test) == len(corpus["test"])  # each pair once
+    assert set(kept) | valid | test == set(pairs(50)) and len(corpus["train"]) == len(kept)
+    assert len(kept) == 20 * (50 - len(valid) - len(test))  # every copy of the others still trains
+    assert "repeat pairs drawn before them" in capsys.readouterr().out
+
+
 def test_carving_is_refused_where_it_cannot_apply(tmp_path):
     with pytest.raises(DataError, match=r"no validation or test .*set data.valid_size and data.test_size"):
         carve(tmp_path)

@@ -87,7 +87,7 @@ class DataConfig:
     tokenizer_sample: int = 2_000_000  # sentences (sampled at random) SentencePiece learns from
     character_coverage: float = 1.0  # SentencePiece: share of characters covered (e.g. 0.9995 for CJK)
     cache_dir: str | None = None  # the cache; None: $TRANSFORMER_MT_CACHE or $XDG_CACHE_HOME/transformer-mt
-    workers: int = -1  # tokenizing processes; -1: one per CPU core for a corpus over 32 MB, else none
+    workers: int = -1  # tokenizing processes; -1: one per CPU core (at most 8) for a corpus over 32 MB
     max_tokens: int = 4000  # padded source + target tokens per batch
     max_len: int = 128  # cleaning: drop training pairs with a side longer than this (in tokens)
     max_ratio: float = 0.0  # cleaning: drop pairs whose longer side has more than this x the tokens; 0 = off

@@ -8,7 +8,8 @@
     t.translate(sentences, sampling=Sampling(top_p=0.9, seed=1))  # sampled (back-translation)
     t.score(sources, references)                                # per pair: log P(reference | source)
     t.attention("Ein Hund läuft.")                              # weights per layer and head + labels
-    t.alignments("Ein Hund läuft.", "A dog is running.")        # [(source word, target word), ...]
+    t.alignments("Ein Hund läuft.", "A dog is running.")        # [(source word i, target word j), ...]
+    t.translate(["A dog runs."], target_lang="fr")               # a multilingual model: its target
 
 A ``Translator`` is made of (model, tokenizer, evaluation settings, device, precision); ``from_checkpoint``
 reads any model ``translate.py`` takes (``training/model_formats.py``). Every method works on text; the

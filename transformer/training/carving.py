@@ -5,6 +5,10 @@ datasets; a single pair of text files).
 split with ``random.Random(data.split_seed)``: the same pairs for every run on the same corpus, whatever
 ``train.seed`` is. They are kept in corpus order, and the training split goes on without them (``Carved``),
 streamed as before, so a corpus of millions of pairs is never held as text for this.
+
+Disjoint by content, not only by position: a corpus may repeat a pair, so every training pair equal to a
+carved one (both sides) is left out of training too, and a drawn pair equal to one drawn before it is not
+carved twice (the test set holds none of the validation set's pairs); the run says how many that drops.
 """
 
 import hashlib
@@ -22,6 +26,7 @@ from transformer.training.corpus import (
     ReadWhole,
     Split,
 )
+from transformer.training.token_store import pair_hash
 
 SIZE_KEYS = {"validation": "valid_size", "test": "test_size"}  # split -> the data.* key that carves it
 CHUNK = 100_000  # pairs read at a time
@@ -30,13 +35,14 @@ CHUNK = 100_000  # pairs read at a time
 class Carved(ReadWhole):
     """The training split ``source`` without the pairs at the indices ``removed``: streamed like it."""
 
-    def __init__(self, source: Split, removed: frozenset[int], settings: str):
-        self.source, self.removed, self.settings = source, removed, settings
+    def __init__(self, source: Split, removed: frozenset[int], settings: str, contents: frozenset[int]):
+        self.source, self.removed, self.settings, self.contents = source, removed, settings, contents
 
     def chunks(self, size: int) -> Iterator[tuple[list[str], list[str]]]:
         start = 0
         for src, tgt in self.source.chunks(size):
-            kept = [i for i in range(len(src)) if start + i not in self.removed]
+            kept = [i for i in range(len(src)) if start + i not in self.removed
+                    and pair_hash(src[i], tgt[i]) not in self.contents]  # fmt: skip
             start += len(src)
             if kept:
                 yield [src[i] for i in kept], [tgt[i] for i in kept]
@@ -49,15 +55,20 @@ class Carved(ReadWhole):
 
     def fingerprint(self) -> str:
         """The source's fingerprint and the carving settings: another seed or size, another token store."""
-        return hashlib.sha256(f"{self.source.fingerprint()} carved {self.settings}".encode()).hexdigest()
+        settings = f"{self.settings} by content"
+        return hashlib.sha256(f"{self.source.fingerprint()} carved {settings}".encode()).hexdigest()
 
     @cached_property
     def whole(self) -> ParallelText:
         pairs = [chunk for chunk in self.chunks(CHUNK)]
         return ParallelText([s for src, _ in pairs for s in src], [t for _, tgt in pairs for t in tgt])
 
+    @cached_property
+    def length(self) -> int:
+        return sum(len(src) for src, _ in self.chunks(CHUNK))
+
     def __len__(self) -> int:
-        return count_pairs(self.source) - len(self.removed)
+        return self.length
 
     def head(self, n: int) -> ParallelText:
         return ParallelText(self.whole.src[:n], self.whole.tgt[:n]) if n > 0 else self.whole
@@ -100,10 +111,27 @@ def carve_missing_splits(corpus: Corpus, data: DataConfig) -> Corpus:
     if total >= n:
         raise DataError(f"data.valid_size + data.test_size = {total} leave none of the {n} training pairs")
     picked = random.Random(data.split_seed).sample(range(n), total)  # the first valid_size: validation
-    carved, start = dict(corpus), 0
+    carved, start, contents, repeats = dict(corpus), 0, set(), 0
     for split, size in wanted.items():
-        carved[split] = pairs_at(train, sorted(picked[start : start + size]))
+        pairs = pairs_at(train, sorted(picked[start : start + size]))
         start += size
+        carved[split] = first_copies(pairs, contents)
+        repeats += len(pairs) - len(carved[split])
     settings = f"seed {data.split_seed} " + " ".join(f"{split} {size}" for split, size in wanted.items())
-    carved["train"] = Carved(train, frozenset(picked), settings)
+    carved["train"] = Carved(train, frozenset(picked), settings, frozenset(contents))
+    if repeats:
+        sizes = ", ".join(f"{split} {len(carved[split])}" for split in wanted)
+        print(f"data: {repeats} of the {total} pairs drawn repeat pairs drawn before them: carved {sizes} "
+              "distinct pairs (every copy of them left out of training)", flush=True)  # fmt: skip
     return carved
+
+
+def first_copies(pairs: ParallelText, seen: set[int]) -> ParallelText:
+    """The pairs not in ``seen`` (their ``pair_hash``), each once, in order; ``seen`` gets their hashes."""
+    src, tgt = [], []
+    for src_line, tgt_line in zip(pairs.src, pairs.tgt):
+        if (content := pair_hash(src_line, tgt_line)) not in seen:
+            seen.add(content)
+            src.append(src_line)
+            tgt.append(tgt_line)
+    return ParallelText(src, tgt)

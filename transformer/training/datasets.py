@@ -70,8 +70,8 @@ def load_parts(parts: list[Part], settings: EvalConfig) -> list[Loaded]:
         )
     loaded = []
     for part in parts:
-        try:
-            corpus = load_corpus(part.data)
+        try:  # a corpus without validation and test sets trains only (back-translations, say)
+            corpus = load_corpus(part.data, required=("train",))
             tests = load_test_sets(part.test_sets, part.data)
             corpus |= {
                 f"test/{part.name}.{name.removeprefix('test/')}": split for name, split in tests.items()
@@ -79,12 +79,17 @@ def load_parts(parts: list[Part], settings: EvalConfig) -> list[Loaded]:
             loaded.append(Loaded(part, corpus, corpus["train"].fingerprint()))
         except DataError as error:
             raise DataError(f"{part.key} ({part.name}): {error}") from None
+    for split, key in (("validation", "valid"), ("test", "test")):
+        if not any(split in one.corpus for one in loaded):
+            raise DataError(f"data.corpora: no corpus has a {split} split; give one its {key}_prefix (or "
+                            f"text_prefix, or {key}_size to carve it off its training split)")  # fmt: skip
     return loaded
 
 
-def load_corpus(data: DataConfig) -> Corpus:
+def load_corpus(data: DataConfig, required: tuple[str, ...] = SPLITS) -> Corpus:
     """The configured corpus (``data.dataset``) with its train / validation / test splits; a split it lacks
-    is carved off the training split when ``data.valid_size`` / ``data.test_size`` say so."""
+    is carved off the training split when ``data.valid_size`` / ``data.test_size`` say so. A ``required``
+    split it still lacks is an error."""
     if data.dataset == "multi30k":
         corpus = load_multi30k(data.src_lang, data.tgt_lang, data.data_dir)
     elif data.dataset == "hub":
@@ -96,7 +101,7 @@ def load_corpus(data: DataConfig) -> Corpus:
             raise DataError(f"src_lang and tgt_lang are both {data.src_lang!r}")
         corpus = load_parallel_text(text_files(data))
     corpus = carve_missing_splits(corpus, data)
-    missing = [split for split in SPLITS if split not in corpus]
+    missing = [split for split in required if split not in corpus]
     if missing:
         carve = " and ".join(f"data.{SIZE_KEYS[split]}" for split in missing if split in SIZE_KEYS)
         raise DataError(

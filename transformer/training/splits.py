@@ -143,6 +143,9 @@ def encode_corpus(loaded: list, stores: list[TokenStore], prefixes: list[list[in
         marks = {}
         for name in evaluation:
             sources, targets, refs = evaluation[name]
+            if name not in one.corpus:  # a corpus that trains only
+                marks[name] = slice(len(refs), len(refs))
+                continue
             (src_ids, tgt_ids), split_refs = encode_eval(
                 one.corpus[name], prefix, tokenizer, config, data, name
             )

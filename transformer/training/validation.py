@@ -90,6 +90,8 @@ def scores_by_part(hyps: list[str], refs: list[str], parts: list, split: str) ->
     by_part = {}
     for part in parts:
         where = getattr(part, split)
+        if where.stop == where.start:  # a corpus without this split (it trains only)
+            continue
         by_part[part.name] = bleu_chrf(hyps[where], refs[where]) | {"sentences": where.stop - where.start}
     mean = {key: sum(scores[key] for scores in by_part.values()) / len(by_part) for key in ("bleu", "chrf")}
     return mean | {"signature": next(iter(by_part.values()))["signature"]}, by_part
@@ -102,7 +104,7 @@ def score_test_set(run: Run, model: Transformer, tokenizer) -> tuple[list[str], 
     (src_ids, _), refs, parts = run.splits.test, run.splits.test_refs, run.splits.parts
     hyps, _ = translate_and_score(model, tokenizer, src_ids, refs, run.config.eval, run.runtime)
     scores, by_part = scores_by_part(hyps, refs, parts, "test")
-    for part in parts if by_part else []:
+    for part in [part for part in parts if part.name in by_part]:
         text = "".join(h + "\n" for h in hyps[part.test])
         (run.run_dir / f"test_hypotheses.{part.name}.txt").write_text(text, "utf-8")
         print(
