@@ -109,12 +109,13 @@ def load_translator(args) -> Translator:
         print(f"translate.py: {args.checkpoint} is a run folder: using {which}", file=sys.stderr)
     try:
         translator = Translator.from_checkpoint(
-            args.checkpoint, args.device, args.precision, args.target_lang,
-            **{k: v for k, v in given.items() if v is not None},
-        )  # fmt: skip
-        translator.language_ids()  # a multilingual model without a target language
+            args.checkpoint, args.device, args.precision, **{k: v for k, v in given.items() if v is not None}
+        )
     except DeviceError as error:
         raise InputError(f"--{error}") from None
+    try:  # one the model translates into; a multilingual model needs one
+        translator.target_lang = translator.language_of(args.target_lang)
+        translator.language_ids()
     except ValueError as error:
         raise UsageError(f"--target-lang: {error}") from None
     beam = translator.settings.beam_size

@@ -63,6 +63,10 @@ def translate(checkpoint: Path, *args: str) -> subprocess.CompletedProcess:
         ([{"src_lang": "de", "tgt_lang": "en", "weight": 0}], r"data.corpora\[0\].weight=0.0 must be > 0"),
         ([{"src_lang": "de", "tgt_lang": "en", "weight": -1}], r"data.corpora\[0\].weight=-1.0 must be > 0"),
         (
+            [{"src_lang": "de", "tgt_lang": "en", "weight": "inf"}],
+            r"data.corpora\[0\].weight=inf must be > 0",
+        ),
+        (
             [{"src_lang": "de", "tgt_lang": "en"}, {"src_lang": "de", "tgt_lang": "en", "tag": "bt"}],
             r"data.corpora\[1\].name='de-en' is also data.corpora\[0\]'s",
         ),
@@ -101,8 +105,8 @@ def test_a_language_multi30k_lacks_names_the_corpus(multi30k_dir):
 def test_a_refused_config_writes_nothing(tmp_path, three_languages):
     done = train(tmp_path, "run", [text_corpus(three_languages, "de", "en", weight=0)])
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == ["error: data.corpora[0].weight=0.0 must be > 0 (leave a "
-                                                "corpus out to drop it)"]  # fmt: skip
+    assert done.stderr.strip().splitlines() == ["error: data.corpora[0].weight=0.0 must be > 0 and finite "
+                                                "(leave a corpus out to drop it)"]  # fmt: skip
     assert not (tmp_path / "run").exists()
 
 
@@ -134,6 +138,7 @@ def test_an_epoch_holds_weight_times_size_of_each_corpus():
     hot = epoch_counts([1000, 100], [1.0, 1.0], 100.0)
     assert sum(hot) == 1100 and 540 < hot[1] < 560
     assert epoch_counts([900, 100], [1.0, 1.0], 2.0) == [750, 250]  # ∝ √900 : √100 = 3 : 1
+    assert epoch_counts([900, 100, 0], [1.0, 1.0, 1.0], 0.001) == [1000, 0, 0]  # no overflow, no NaN
 
 
 def test_upsampled_pairs_come_whole_and_downsampled_ones_change_every_epoch():
@@ -288,11 +293,11 @@ def test_the_service_translates_into_the_language_asked_for(both_ways):
         assert status == 422 and "target_lang: target language 'fr'" in answer["error"]
         status, answer = server.translate(texts=["Ein Mann steht auf der Straße."], target_lang="en")
         expected = translate(both_ways, "--target-lang", "en", "Ein Mann steht auf der Straße.").stdout
-        assert status == 200 and answer["translations"][0]["text"] == expected.strip()
+        assert status == 200 and answer["translations"][0]["text"] == expected.removesuffix("\n")
         asked = {"q": "A man is standing on the street.", "source": "en", "target": "de"}
         status, answer = server.request("POST", "/libretranslate/translate", asked)
         expected = translate(both_ways, "--target-lang", "de", "A man is standing on the street.").stdout
-        assert status == 200 and answer["translatedText"] == expected.strip()
+        assert status == 200 and answer["translatedText"] == expected.removesuffix("\n")
         status, answer = server.request("POST", "/libretranslate/translate",
                                         {"q": "Ein Mann.", "source": "de", "target": "de"})  # fmt: skip
         assert (
@@ -317,9 +322,47 @@ def test_a_released_multilingual_marian_model_takes_the_same_flag(both_ways, tmp
         (f">>{piece[2:-1]}<<" if piece in ("<2de>", "<2en>") else piece): i for piece, i in vocab.items()
     }
     vocab_path.write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    from transformer import Translator
+
     sentence = "A man is standing on the street."
-    released = translate(tmp_path / "hf", "--target-lang", "de", sentence)
-    ours = translate(both_ways, "--target-lang", "de", sentence)
-    assert released.returncode == 0 and released.stdout == ours.stdout, released.stderr
+    ours = Translator.from_checkpoint(both_ways, target_lang="de")
+    released = Translator.from_checkpoint(tmp_path / "hf", target_lang="de", max_len_offset=10)  # as ours
+    assert released.languages == ours.languages == {"de": 4, "en": 5}
+    for lang in (
+        "de",
+        "en",
+    ):  # the same source ids, the same output ids (its tokenizer decodes spaces its way)
+        sources = released.encode([sentence], target_lang=lang)
+        assert sources == ours.encode([sentence], target_lang=lang)
+        assert released.translate_ids(sources)[0][0].ids == ours.translate_ids(sources)[0][0].ids
     missing = translate(tmp_path / "hf", sentence)
     assert missing.returncode == 2 and "this model translates into de, en" in missing.stderr
+
+
+def test_one_corpus_into_another_language_knows_its_target(tmp_path, three_languages):
+    corpora = [text_corpus(three_languages, "en", "de", weight=2)]
+    done = train(tmp_path, "run", corpora, "data.train_limit=300", "train.max_steps=6")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "data: an epoch holds 600 pairs: en-de 300 × 2 -> 600" in done.stdout  # a weight counts alone too
+    checkpoint = tmp_path / "run" / "best.pt"
+    assert translate(checkpoint, "--target-lang", "de", "A man.").returncode == 0
+    wrong = translate(checkpoint, "--target-lang", "en", "A man.")
+    assert wrong.returncode == 2 and "this model translates into de only" in wrong.stderr
+
+
+def test_a_prefix_hides_no_empty_source_from_cleaning():
+    from transformer.core.config import DataConfig
+    from transformer.training.splits import clean_pairs
+
+    src, tgt = np.array([0, 3, 4, 1]), np.array([2, 2, 2, 4])  # empty; fits; too long with its tag; ratio 4
+    keep, counts = clean_pairs(src, tgt, None, DataConfig(max_len=5, max_ratio=3.0), prefix_tokens=1)
+    assert keep.tolist() == [1] and (counts["empty"], counts["too_long"], counts["ratio"]) == (1, 1, 1)
+
+
+def test_libretranslate_matches_language_codes_whatever_their_case():
+    from transformer.serving.libretranslate import checked
+    from transformer.serving.schema import Limits
+
+    routes = [("en", "pt_BR"), ("en", "de")]
+    given = {"q": "A dog.", "source": "EN", "target": "pt_br"}
+    assert checked(given, Limits(), routes) == (["A dog."], 0, "pt_BR")

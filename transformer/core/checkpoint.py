@@ -167,6 +167,13 @@ def training_checkpoint(
 RESUME_IGNORES = ("data_dir", "cache_dir", "workers")  # where the data and cache are, how many processes
 
 
+def located(value):
+    """A data value as resuming compares it: ``data.corpora``'s entries without where their data are."""
+    if isinstance(value, list):
+        return [{k: v for k, v in entry.items() if k not in RESUME_IGNORES} for entry in value]
+    return value
+
+
 def check_resumable(ckpt: dict, path: Path, config: Config, world_size: int, precision: str) -> None:
     """Refuse to resume from ``ckpt`` (read from ``path``), before anything is written, when it was trained
     with other model or data settings or another seed (they decide the weights' shapes and the order of the
@@ -178,7 +185,8 @@ def check_resumable(ckpt: dict, path: Path, config: Config, world_size: int, pre
     ]
     changed += [
         f"data.{k}" for k in now["data"]
-        if k not in RESUME_IGNORES and saved["data"].get(k, default["data"][k]) != now["data"][k]
+        if k not in RESUME_IGNORES
+        and located(saved["data"].get(k, default["data"][k])) != located(now["data"][k])
     ]  # fmt: skip
     changed += ["train.seed"] if saved["train"].get("seed") != now["train"]["seed"] else []
     if changed:

@@ -55,7 +55,7 @@ from transformer.inference.alignment import word_alignment
 from transformer.inference.quantize import quantized_decoding_model
 from transformer.inference.sampling import Sampling, sample_tokens
 from transformer.training.attention_maps import SentenceAttention, pair_attention
-from transformer.training.corpora import target_languages
+from transformer.training.corpora import target_languages, trained_target
 from transformer.training.metrics import bleu_chrf
 from transformer.training.model_formats import is_released, load_model
 from transformer.training.precision import autocast, resolve_device, slow_precision
@@ -116,7 +116,7 @@ def model_languages(config, tokenizer, path: str | Path) -> dict:
     tokens (``corpora.target_languages``), else a bilingual model's target language where known (a released
     model's is not recorded)."""
     languages = target_languages(config.data, tokenizer)
-    trained = None if languages or is_released(path) else config.data.tgt_lang
+    trained = None if languages or is_released(path) else trained_target(config.data)
     return {"languages": languages, "trained_target": trained}
 
 

@@ -59,6 +59,7 @@ from transformer.core.embeddings import sinusoidal_positions
 from transformer.core.model import Transformer
 from transformer.core.tokenizer import Tokenizer
 from transformer.interop.marian_text import MarianText, read_either
+from transformer.training.corpora import directions
 from transformer.training.quiet import quiet_libraries
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}  # Marian's -> ours
@@ -433,7 +434,7 @@ def export(checkpoint: str | Path, out_dir: str | Path, ct2_dir: str | Path | No
     out_dir = Path(out_dir)
     with quiet_libraries():  # no progress bar for a one-file save
         hf_model.save_pretrained(out_dir)
-    save_marian_tokenizer(tokenizer, out_dir, config.data.src_lang, config.data.tgt_lang)
+    save_marian_tokenizer(tokenizer, out_dir, *directions(config.data)[0])  # a multilingual model: its first
     if ct2_dir is not None:
         to_ctranslate2(model, tokenizer, ct2_dir)
 

@@ -44,17 +44,20 @@ class Service:
 
     def describe(self, translator: Translator, limits: Limits, max_queue: int) -> dict:
         config, model = self.config, translator.model
-        targets = list(translator.languages) or [translator.trained_target or config.data.tgt_lang]
+        trained, multilingual = translator.trained_target, bool(translator.languages)
         if config.data.corpora:  # ours, trained on several corpora
             routes = directions(config.data)
-        else:  # one pair; or a released multilingual model: the targets of its >>xx<< tokens
-            routes = [(config.data.src_lang, target) for target in targets]
+        elif multilingual:  # a released multilingual model: the targets of its >>xx<< tokens
+            routes = [(config.data.src_lang, target) for target in translator.languages]
+        else:  # one pair (a released model's languages are not recorded: the config's defaults)
+            routes = [(config.data.src_lang, trained or config.data.tgt_lang)]
         return {
             "checkpoint": str(self.checkpoint),
             "source_language": routes[0][0] if len({s for s, _ in routes}) == 1 else None,
-            "target_language": None if translator.languages else targets[0],
-            "multilingual": bool(translator.languages),  # then every request names its target_lang
-            "target_languages": targets,
+            "target_language": None if multilingual else routes[0][1],
+            "multilingual": multilingual,  # then every request names its target_lang
+            # what target_lang may be: a bilingual model's own language where it is recorded
+            "target_languages": list(translator.languages) or ([trained] if trained else []),
             "directions": [list(route) for route in routes],
             "vocab_size": translator.tokenizer.vocab_size,
             "parameters": sum(p.numel() for p in model.parameters()),
@@ -124,8 +127,8 @@ def create_app(
             raise HTTPException(401, "Authorization: Bearer KEY is missing or wrong")
 
     add_error_handlers(app)
-    Request = request_model(limits, translator.settings.beam_size, translator.language_ids, description)
-    add_api_routes(app, authorized, Request, description)
+    body_model = request_model(limits, translator.settings.beam_size, translator.language_ids, description)
+    add_api_routes(app, authorized, body_model, description)
     add_libretranslate_routes(app, limits, description, translator.settings.beam_size)
     add_pages(app, authorized)
     return BodyLimit(app, limits.max_body_bytes)

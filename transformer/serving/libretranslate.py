@@ -92,9 +92,9 @@ def add_libretranslate_routes(app: FastAPI, limits: Limits, description: dict, d
               openapi_extra=request_body(limits, routes))  # fmt: skip
     async def translate(request: Request, given: Fields) -> Response:
         """LibreTranslate's /translate: JSON, a form or the query string."""
-        texts, alternatives = checked(given, limits, routes)
+        texts, alternatives, target = checked(given, limits, routes)
         n = alternatives + 1
-        job = Job(texts, max(default_beam, n), n, target_lang=given["target"].lower())
+        job = Job(texts, max(default_beam, n), n, target_lang=target)
         try:
             found = await run_job(app.state.batcher, job, request)
         except Refused as refused:  # LibreTranslate says 400 for what is wrong with the request
@@ -107,7 +107,7 @@ def add_libretranslate_routes(app: FastAPI, limits: Limits, description: dict, d
             others = [[h["text"] for h in hyps[1:]] for hyps in found]
             answer["alternatives"] = others if isinstance(given["q"], list) else others[0]
         if str(given["source"]).lower() == "auto":  # the model reads its source languages: nothing to detect
-            detected = detected_language(routes, given["target"].lower())
+            detected = detected_language(routes, target)
             answer["detectedLanguage"] = [detected] * len(texts) if isinstance(given["q"], list) else detected
         return await json_response(answer)
 
@@ -143,8 +143,9 @@ def language_list(routes: list[tuple[str, str]]) -> list[dict]:
     return [{"code": code, "name": NAMES.get(code, code), "targets": targets[code]} for code in codes]
 
 
-def checked(given: dict, limits: Limits, routes: list[tuple[str, str]]) -> tuple[list[str], int]:
-    """The texts and the number of alternatives a request asks for; Refused (400) naming what is wrong."""
+def checked(given: dict, limits: Limits, routes: list[tuple[str, str]]) -> tuple[list[str], int, str]:
+    """The texts, the number of alternatives and the target language (as the model spells it) a request
+    asks for; Refused (400) naming what is wrong. Language codes are matched whatever their case."""
     for name in ("q", "source", "target"):
         if name not in given:
             raise Refused(400, f"Invalid request: missing {name} parameter")
@@ -164,11 +165,12 @@ def checked(given: dict, limits: Limits, routes: list[tuple[str, str]]) -> tuple
             raise Refused(400, f"Invalid request: {where} has {len(text)} characters, over the limit of "
                                f"{limits.max_chars}")  # fmt: skip
     source, target = given["source"], given["target"]
-    allowed = {"source": ["auto"] + [src for src, _ in routes], "target": [tgt for _, tgt in routes]}
+    lower = [(src.lower(), tgt.lower()) for src, tgt in routes]
+    allowed = {"source": ["auto"] + [src for src, _ in lower], "target": [tgt for _, tgt in lower]}
     for name, value in (("source", source), ("target", target)):
         if not isinstance(value, str) or value.lower() not in allowed[name]:
             raise Refused(400, f"{value} is not supported as {name}: {translates(routes)}")
-    if source.lower() != "auto" and (source.lower(), target.lower()) not in routes:
+    if source.lower() != "auto" and (source.lower(), target.lower()) not in lower:
         raise Refused(400, f"{source} to {target} is not supported: {translates(routes)}")
     if str(given.get("format", "text")).lower() != "text":
         raise Refused(400, f"{given['format']} format is not supported: this service translates text only")
@@ -177,7 +179,7 @@ def checked(given: dict, limits: Limits, routes: list[tuple[str, str]]) -> tuple
         alternatives = int(alternatives)
     if type(alternatives) is not int or not 0 <= alternatives < limits.max_beam:
         raise Refused(400, f"Invalid request: alternatives must be a number from 0 to {limits.max_beam - 1}")
-    return texts, alternatives
+    return texts, alternatives, routes[allowed["target"].index(target.lower())][1]
 
 
 def translates(routes: list[tuple[str, str]]) -> str:

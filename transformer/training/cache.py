@@ -144,6 +144,10 @@ def balanced_sentences(loaded: list, folder: Path, sample: int, seed: int = 1) -
             sides.setdefault(lang, {})[same] = (train, side)
     cap, rng = max(1, sample // len(sides)), random.Random(seed)
     drawn = {lang: reservoir(side_lines(found.values()), cap, rng) for lang, found in sides.items()}
+    if empty := [lang for lang, lines in drawn.items() if not lines]:
+        raise DataError(
+            f"data.corpora: no training sentence in {', '.join(empty)} to learn the tokenizer from"
+        )
     each = max(len(lines) for lines in drawn.values())
     path = folder / "sentences.txt"
     with open(path, "w", encoding="utf-8") as f:

@@ -105,8 +105,8 @@ def part_of(entry: dict, i: int, data: DataConfig) -> Part:
     weight, tag, test_sets = values.pop("weight", 1.0), values.pop("tag", None), values.pop("test_sets", {})
     if not NAME.fullmatch(name) or name in ("validation", "test"):
         raise ConfigError(f"{where}.name={name!r} is not a usable name (letters, digits, _ . -)")
-    if not weight > 0:
-        raise ConfigError(f"{where}.weight={weight} must be > 0 (leave a corpus out to drop it)")
+    if not 0 < weight < float("inf"):
+        raise ConfigError(f"{where}.weight={weight} must be > 0 and finite (leave a corpus out to drop it)")
     if tag is not None and (not TAG.fullmatch(tag) or tag in RESERVED_TAGS):
         raise ConfigError(f"{where}.tag={tag!r}: expected a name (letters, digits, _ . -) other than "
                           f"{', '.join(RESERVED_TAGS)}")  # fmt: skip
@@ -123,9 +123,13 @@ def languages(parts: list[Part]) -> list[str]:
     return targets if len(targets) > 1 else []
 
 
-def prefix_pieces(part: Part, parts: list[Part]) -> list[str]:
-    """The pieces in front of every source of ``part``: its target language's (multilingual), its tag."""
-    pieces = [language_piece(part.data.tgt_lang)] if languages(parts) else []
+def prefix_pieces(part: Part, parts: list[Part], marian: bool = False) -> list[str]:
+    """The pieces in front of every source of ``part``: its target language's (multilingual; always for a
+    model fine-tuned from a released multilingual Marian one, ``marian``: its ``>>xx<<``), then its tag."""
+    if marian:
+        pieces = [f">>{part.data.tgt_lang}<<"]
+    else:
+        pieces = [language_piece(part.data.tgt_lang)] if languages(parts) else []
     return pieces + ([tag_piece(part.tag)] if part.tag else [])
 
 
@@ -145,9 +149,12 @@ def directions(data: DataConfig) -> list[tuple[str, str]]:
 def epoch_counts(sizes: list[int], weights: list[float], temperature: float) -> list[int]:
     """Pairs of each corpus in one epoch: round(p_i × Σ w_j n_j), p_i ∝ (w_i n_i)^(1/T) (module docstring)."""
     weighted = np.asarray(weights, dtype=np.float64) * np.asarray(sizes, dtype=np.float64)
-    shares = weighted ** (1.0 / temperature)
-    shares = shares / shares.sum() if shares.sum() > 0 else shares
-    return [int(round(share * weighted.sum())) for share in shares]
+    if not weighted.sum() > 0:
+        return [0] * len(sizes)
+    with np.errstate(divide="ignore"):  # a corpus with no pair left: log 0 = -inf, share 0
+        logs = np.log(weighted) / temperature  # in logs: no overflow for a small temperature
+    shares = np.exp(logs - logs.max())
+    return [int(round(share * weighted.sum())) for share in shares / shares.sum()]
 
 
 def epoch_indices(kept: list[np.ndarray], counts: list[int], seed: int, epoch: int) -> np.ndarray:
@@ -158,7 +165,7 @@ def epoch_indices(kept: list[np.ndarray], counts: list[int], seed: int, epoch: i
         copies, rest = divmod(count, len(indices)) if len(indices) else (0, 0)
         chosen += [indices] * copies
         if rest:
-            generator = np.random.default_rng([seed, epoch, i])
+            generator = np.random.default_rng([seed % 2**32, epoch, i])  # any train.seed, negative too
             chosen.append(np.sort(generator.choice(indices, size=rest, replace=False)))
     return np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
 
@@ -169,8 +176,8 @@ def epoch_indices(kept: list[np.ndarray], counts: list[int], seed: int, epoch: i
 def prefix_ids(part: Part, parts: list[Part], tokenizer) -> list[int]:
     """The ids of ``prefix_pieces``; a piece the tokenizer lacks as a piece of its own (one it learnt from
     text, or none: a given ``data.tokenizer`` or a fine-tuned model's) is a ``ConfigError`` naming the key."""
-    ids = []
-    for piece in prefix_pieces(part, parts):
+    ids, marian = [], bool(getattr(tokenizer, "language_pieces", list)())
+    for piece in prefix_pieces(part, parts, marian):
         if (i := tokenizer.symbol_id(piece)) is None:
             key = f"{part.key}.tag" if piece == tag_piece(part.tag or "") else f"{part.key}.tgt_lang"
             raise ConfigError(
@@ -185,10 +192,16 @@ MARIAN_LANGUAGE = re.compile(r">>(.+)<<")  # a released multilingual Marian mode
 
 
 def target_languages(data: DataConfig, tokenizer) -> dict[str, int]:
-    """{target language: its token's id} of a multilingual model, {} of a bilingual one: the target
-    languages its config's corpora name (``<2xx>``), else a released Marian model's ``>>xx<<`` pieces."""
-    if data.corpora:
-        langs = languages(parts_of(data))
-        return {lang: i for lang in langs if (i := tokenizer.symbol_id(language_piece(lang))) is not None}
-    pieces = getattr(tokenizer, "language_pieces", list)()
-    return {MARIAN_LANGUAGE.fullmatch(piece).group(1): tokenizer.symbol_id(piece) for piece in pieces}
+    """{target language: its token's id} of a multilingual model, {} of a bilingual one: a released Marian
+    model's ``>>xx<<`` pieces (also of a model fine-tuned from it), else the target languages its config's
+    corpora name (``<2xx>``)."""
+    if pieces := getattr(tokenizer, "language_pieces", list)():
+        return {MARIAN_LANGUAGE.fullmatch(piece).group(1): tokenizer.symbol_id(piece) for piece in pieces}
+    langs = languages(parts_of(data)) if data.corpora else []
+    return {lang: i for lang in langs if (i := tokenizer.symbol_id(language_piece(lang))) is not None}
+
+
+def trained_target(data: DataConfig) -> str | None:
+    """The one target language of a model of ours trained into one (its corpora's, or ``data.tgt_lang``)."""
+    targets = {tgt for _, tgt in directions(data)}
+    return targets.pop() if len(targets) == 1 else None

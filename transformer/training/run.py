@@ -136,7 +136,7 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     if runtime.is_main:
         run.writer = reporting.open_writer(run_dir, config)
         print(cleaning_line(splits.cleaning, config.data), flush=True)
-        if len(splits.parts) > 1:
+        if config.data.corpora:
             print(mixture_line(loaded, splits), flush=True)
         print(
             reporting.setup_line(model, runtime, len(splits.train_indices), tokenizer.vocab_size), flush=True

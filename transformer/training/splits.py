@@ -25,8 +25,9 @@ CLEANING_RULES = ("empty", "too_long", "ratio", "duplicate")
 
 
 def clean_pairs(
-    src_lengths: np.ndarray, tgt_lengths: np.ndarray, hashes: np.ndarray | None, data: DataConfig
-) -> tuple[np.ndarray, dict[str, int]]:
+    src_lengths: np.ndarray, tgt_lengths: np.ndarray, hashes: np.ndarray | None, data: DataConfig,
+    prefix_tokens: int = 0,
+) -> tuple[np.ndarray, dict[str, int]]:  # fmt: skip
     """Training pairs kept by the cleaning rules (indices, in order), and how many each rule dropped (rules in
     ``CLEANING_RULES`` order, a pair counted by the first that drops it):
 
@@ -35,9 +36,11 @@ def clean_pairs(
       ratio      the longer side over ``data.max_ratio`` times the shorter (``max_ratio`` > 0)
       duplicate  the same pair seen before (``data.dedup``; ``hashes``: one 64-bit hash per pair)
 
-    Lengths are token counts without BOS / EOS. Validation and test sets are never cleaned."""
+    Lengths are token counts without BOS / EOS, nor the ``prefix_tokens`` a source gets in front (a tag, a
+    target-language token), which count only for ``too_long``. Validation and test sets are never cleaned."""
     s, t = np.asarray(src_lengths, dtype=np.int64), np.asarray(tgt_lengths, dtype=np.int64)
-    drops = {"empty": (s == 0) | (t == 0), "too_long": (s + 1 > data.max_len) | (t + 1 > data.max_len)}
+    too_long = (s + prefix_tokens + 1 > data.max_len) | (t + 1 > data.max_len)
+    drops = {"empty": (s == 0) | (t == 0), "too_long": too_long}
     drops["ratio"] = np.maximum(s, t) > data.max_ratio * np.minimum(s, t) if data.max_ratio > 0 else None
     alive = np.ones(len(s), dtype=bool)
     counts = {"pairs": len(s)}
@@ -63,6 +66,8 @@ def cleaning_line(counts: dict[str, int], data: DataConfig) -> str:
         "ratio": f"length ratio over data.max_ratio={data.max_ratio:g}",
         "duplicate": "duplicates",
     }
+    if data.corpora:  # each corpus by its own rules
+        rules |= {"too_long": "longer than their max_len", "ratio": "length ratio over their max_ratio"}
     dropped = ", ".join(f"{counts[rule]} {text}" for rule, text in rules.items())
     return f"data: {counts['pairs']} training pairs, dropped {dropped}; kept {counts['kept']}"
 
@@ -96,8 +101,8 @@ class Splits:
     epoch_counts: list[int] = field(default_factory=list)  # pairs of each corpus in an epoch (weights)
 
     def epoch_indices(self, seed: int, epoch: int) -> np.ndarray:
-        """The training pairs of an epoch: the kept ones, or with several corpora their weighted mixture."""
-        if len(self.parts) <= 1:
+        """The training pairs of an epoch: the kept ones, or their weighted mixture (``data.corpora``)."""
+        if self.epoch_counts == [len(part.kept) for part in self.parts]:  # every pair once: no mixing
             return self.train_indices
         return epoch_indices([part.kept for part in self.parts], self.epoch_counts, seed, epoch)
 
@@ -129,43 +134,52 @@ def encode_corpus(loaded: list, stores: list[TokenStore], prefixes: list[list[in
     (``source_token_limit``, its ``prefixes`` included) and their targets to what it can be scored on
     (``model.max_positions`` - 1), with a warning that counts them. One corpus: its store's sides as such."""
     joined = len(loaded) > 1 or any(prefixes)
-    sides = [(store.src, store.tgt) for store in stores]
-    src_side = Joined([src for src, _ in sides], prefixes) if joined else stores[0].src
-    tgt_side = Joined([tgt for _, tgt in sides], [[] for _ in sides]) if joined else stores[0].tgt
-    evaluation = {name: ([], [], []) for name in ("validation", "test")}  # sources, targets, references
+    src_side = Joined([store.src for store in stores], prefixes) if joined else stores[0].src
+    tgt_side = Joined([store.tgt for store in stores], [[] for _ in stores]) if joined else stores[0].tgt
+    evaluation = {"validation": EvalSet(), "test": EvalSet()}
     others, parts, counts, start = {}, [], {}, 0
     for one, store, prefix in zip(loaded, stores, prefixes):
         data = one.part.data
         n = min(len(store), data.train_limit) if data.train_limit > 0 else len(store)
-        src_lengths = src_side.lengths[start : start + n]
-        keep, dropped = clean_pairs(src_lengths, store.tgt.lengths[:n], store.hashes[:n], data)
+        keep, dropped = clean_pairs(store.src.lengths[:n], store.tgt.lengths[:n], store.hashes[:n], data,
+                                    len(prefix))  # fmt: skip
         counts = {rule: counts.get(rule, 0) + dropped[rule] for rule in dropped}
-        marks = {}
-        for name in evaluation:
-            sources, targets, refs = evaluation[name]
-            if name not in one.corpus:  # a corpus that trains only
-                marks[name] = slice(len(refs), len(refs))
-                continue
-            (src_ids, tgt_ids), split_refs = encode_eval(
-                one.corpus[name], prefix, tokenizer, config, data, name
-            )
-            marks[name] = slice(len(refs), len(refs) + len(split_refs))
-            sources += src_ids
-            targets += tgt_ids
-            refs += split_refs
+        where = {name: evaluation[name].add(one.corpus.get(name), prefix, tokenizer, config, data, name)
+                 for name in evaluation}  # fmt: skip
         for name in [name for name in one.corpus if name.startswith("test/")]:
-            others[name.removeprefix("test/")] = encode_eval(
-                one.corpus[name], prefix, tokenizer, config, data, name
-            )
-        parts.append(PartSplits(one.part.name, keep + start, marks["validation"], marks["test"]))
+            encoded = encode_eval(one.corpus[name], prefix, tokenizer, config, data, name)
+            others[name.removeprefix("test/")] = encoded
+        parts.append(PartSplits(one.part.name, keep + start, where["validation"], where["test"]))
         start += len(store)
-    weights = [one.part.weight for one in loaded]
-    sizes = [len(part.kept) for part in parts]
+    sizes, weights = [len(part.kept) for part in parts], [one.part.weight for one in loaded]
     return Splits(
         (src_side, tgt_side), np.concatenate([part.kept for part in parts]), counts,
-        *split_of(evaluation["validation"]), *split_of(evaluation["test"]), others, parts,
+        *evaluation["validation"].split, *evaluation["test"].split, others, parts,
         epoch_counts(sizes, weights, config.data.sampling_temperature),
     )  # fmt: skip
+
+
+class EvalSet:
+    """A validation or test set of several corpora, one after another."""
+
+    def __init__(self):
+        self.sources, self.targets, self.refs = [], [], []
+
+    def add(self, split, prefix: list[int], tokenizer: Tokenizer, config: Config, data: DataConfig,
+            name: str) -> slice:  # fmt: skip
+        """Encode a corpus's ``split`` (None: it has none) after the others; where it is."""
+        start = len(self.refs)
+        if split is not None:
+            (src_ids, tgt_ids), refs = encode_eval(split, prefix, tokenizer, config, data, name)
+            self.sources.extend(src_ids)
+            self.targets.extend(tgt_ids)
+            self.refs.extend(refs)
+        return slice(start, len(self.refs))
+
+    @property
+    def split(self) -> tuple[tuple[list, list], list]:
+        """((source ids, target ids), references), as ``Splits`` holds them."""
+        return (self.sources, self.targets), self.refs
 
 
 def mixture_line(loaded: list, splits: Splits) -> str:
@@ -173,11 +187,6 @@ def mixture_line(loaded: list, splits: Splits) -> str:
     each = ", ".join(f"{part.name} {len(part.kept)} × {one.part.weight:g} -> {count}"
                      for one, part, count in zip(loaded, splits.parts, splits.epoch_counts))  # fmt: skip
     return f"data: an epoch holds {sum(splits.epoch_counts)} pairs: {each}"
-
-
-def split_of(encoded: tuple[list, list, list]) -> tuple[tuple[list, list], list]:
-    sources, targets, refs = encoded
-    return (sources, targets), refs
 
 
 def encode_eval(split, prefix: list[int], tokenizer: Tokenizer, config: Config, data: DataConfig, name: str):
