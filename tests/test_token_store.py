@@ -15,7 +15,9 @@ import transformer.training.cache as data_cache
 from transformer.core.config import DataConfig, load_config
 from transformer.core.tokenizer import Tokenizer, train_tokenizer
 from transformer.training import token_store
+from transformer.training.corpora import Part
 from transformer.training.corpus import DataError, ParallelFiles, ParallelText
+from transformer.training.datasets import Loaded
 from transformer.training.multi30k import load_multi30k
 from transformer.training.ranks import Runtime
 from transformer.training.splits import clean_pairs, encode_corpus, encode_split
@@ -23,6 +25,12 @@ from transformer.training.token_store import build_store, open_store, pair_hash
 
 SRC = ["Ein Hund läuft.", "Zwei Katzen schlafen im Haus.", "", "Ein Mann fährt Rad.", "Ein Hund läuft."] * 7
 TGT = ["A dog runs.", "Two cats sleep in the house.", "Nothing.", "A man rides a bike.", "A dog runs."] * 7
+
+
+def learn(train, fingerprint: str, data: DataConfig) -> Path:
+    """The tokenizer a run on this one training split learns (``cache.cached_tokenizer``)."""
+    part = Part(f"{data.src_lang}-{data.tgt_lang}", data)
+    return data_cache.cached_tokenizer([Loaded(part, {"train": train}, fingerprint)], [], data)
 
 
 @pytest.fixture(scope="module")
@@ -128,35 +136,33 @@ def test_streamed_files_name_their_problems(tmp_path):
 def test_a_cached_tokenizer_is_trained_once_per_files_and_settings(tmp_path, monkeypatch):
     files = write_pair(tmp_path, SRC, TGT)
     data = DataConfig(cache_dir=str(tmp_path / "cache"), vocab_size=40)
-    first = data_cache.cached_tokenizer(files, files.fingerprint(), data)
+    first = learn(files, files.fingerprint(), data)
 
     def no_training(*args, **kwargs):
         raise AssertionError("trained again")
 
     monkeypatch.setattr(data_cache, "train_elsewhere", no_training)
-    assert data_cache.cached_tokenizer(files, files.fingerprint(), data) == first
+    assert learn(files, files.fingerprint(), data) == first
     with pytest.raises(AssertionError, match="trained again"):
-        data_cache.cached_tokenizer(
-            files, files.fingerprint(), DataConfig(cache_dir=data.cache_dir, vocab_size=61)
-        )
+        learn(files, files.fingerprint(), DataConfig(cache_dir=data.cache_dir, vocab_size=61))
 
 
 def test_the_tokenizer_learns_in_its_own_process_and_its_errors_come_back_by_name(tmp_path):
     files = write_pair(tmp_path, SRC, TGT)
     data = DataConfig(cache_dir=str(tmp_path / "cache"), vocab_size=40)
-    model = data_cache.cached_tokenizer(files, files.fingerprint(), data)
+    model = learn(files, files.fingerprint(), data)
     in_process = train_tokenizer(SRC + TGT, tmp_path / "here", 40)  # the same sentences, in the same order
     learnt, everything = Tokenizer(model), range(in_process.vocab_size)
     assert learnt.id_to_piece(list(everything)) == in_process.id_to_piece(list(everything))
     assert learnt.encode_batch(SRC + TGT) == in_process.encode_batch(SRC + TGT)
     too_big = DataConfig(cache_dir=str(tmp_path / "cache"), vocab_size=5000)
     with pytest.raises(DataError, match=r"vocab_size=5000.*Vocabulary size too high"):
-        data_cache.cached_tokenizer(files, files.fingerprint(), too_big)
+        learn(files, files.fingerprint(), too_big)
     (tmp_path / "bad").mkdir()
     bad = write_pair(tmp_path / "bad", SRC, TGT)
     bad.src_path.write_bytes(bad.src_path.read_bytes().replace("läuft".encode(), b"l\xe4uft", 1))
     with pytest.raises(DataError, match=r"train.de: line 1 is not valid UTF-8"):
-        data_cache.cached_tokenizer(bad, bad.fingerprint(), data)
+        learn(bad, bad.fingerprint(), data)
 
 
 def test_a_given_tokenizer_is_used_or_refused_by_name(tmp_path, tokenizer):
@@ -166,7 +172,7 @@ def test_a_given_tokenizer_is_used_or_refused_by_name(tmp_path, tokenizer):
     ours = tmp_path / "ours.model"
     ours.write_bytes(tokenizer.to_bytes())
     data = DataConfig(cache_dir=str(tmp_path / "cache"), tokenizer=str(ours))
-    assert data_cache.cached_tokenizer(files, files.fingerprint(), data) == ours
+    assert learn(files, files.fingerprint(), data) == ours
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(SRC + TGT), model_prefix=str(tmp_path / "plain"), vocab_size=40, minloglevel=2
     )  # fmt: skip  (default ids: unk 0, bos 1, eos 2)
@@ -175,7 +181,7 @@ def test_a_given_tokenizer_is_used_or_refused_by_name(tmp_path, tokenizer):
         (tmp_path / "none.model", "file not found"),
     ):
         with pytest.raises(DataError, match=f"data.tokenizer={path}: .*{says}"):
-            data_cache.cached_tokenizer(files, files.fingerprint(), DataConfig(tokenizer=str(path)))
+            learn(files, files.fingerprint(), DataConfig(tokenizer=str(path)))
 
 
 # ---------------------------------------------------------------- cleaning
@@ -208,7 +214,10 @@ def test_the_store_gives_the_ids_and_pairs_the_old_in_memory_path_gave(tmp_path)
     store = data_cache.train_store(
         corpus["train"], corpus["train"].fingerprint(), tokenizer, config.data, runtime
     )
-    splits = encode_corpus(corpus, tokenizer, config, store)
+    part = Part("de-en", config.data)
+    splits = encode_corpus(
+        [Loaded(part, corpus, corpus["train"].fingerprint())], [store], [[]], tokenizer, config
+    )
     src, tgt = encode_split(in_memory.head(4000), tokenizer)
     old_keep = [i for i, (s, t) in enumerate(zip(src, tgt)) if len(s) + 1 <= 128 and len(t) + 1 <= 128]
     assert splits.train_indices.tolist() == old_keep
@@ -309,20 +318,20 @@ def test_a_cache_that_cannot_be_written_is_read_and_refuses_a_build_in_one_line(
         Runtime(torch.device("cpu"), None),
     )
     files = write_pair(tmp_path, SRC, TGT)
-    model = data_cache.cached_tokenizer(files, files.fingerprint(), data)
+    model = learn(files, files.fingerprint(), data)
     store = data_cache.train_store(files, files.fingerprint(), tokenizer, data, runtime)
 
     def refused(path):
         raise PermissionError(13, "Permission denied", str(path))
 
     monkeypatch.setattr(token_store, "_open_lock", refused)
-    assert data_cache.cached_tokenizer(files, files.fingerprint(), data) == model  # complete entries: read
+    assert learn(files, files.fingerprint(), data) == model  # complete entries: read
     assert data_cache.train_store(files, files.fingerprint(), tokenizer, data, runtime).folder == store.folder
     other = DataConfig(cache_dir=data.cache_dir, vocab_size=41)  # an entry that is not there
     with pytest.raises(
         DataError, match=rf"the cache {tmp_path / 'cache'} cannot be written, and its entry tokenizer-"
     ):
-        data_cache.cached_tokenizer(files, files.fingerprint(), other)
+        learn(files, files.fingerprint(), other)
     (tmp_path / "more").mkdir()
     more = write_pair(tmp_path / "more", SRC[:-1], TGT[:-1])
     with pytest.raises(
@@ -336,7 +345,7 @@ def test_the_tokenizer_entry_keeps_only_the_model_not_the_training_text(tmp_path
         SRC, TGT
     )  # a hub or in-memory corpus: its sentences are written out to learn from
     data = DataConfig(cache_dir=str(tmp_path / "cache"), vocab_size=40)
-    model = data_cache.cached_tokenizer(in_memory, "in-memory", data)
+    model = learn(in_memory, "in-memory", data)
     assert [p.name for p in model.parent.iterdir()] == ["tokenizer.model"]
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [
         f".{model.parent.name}.lock",
