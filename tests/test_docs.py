@@ -1,6 +1,8 @@
 """The user guide stays short and current: the README in five minutes, benchmarks.md a reference, and the
 docs' reference tables (every config key, every translate.py flag) generated from the code."""
 
+import json
+import re
 import sys
 
 import pytest
@@ -69,3 +71,29 @@ def test_a_key_without_a_comment_stops_the_generator(monkeypatch):
     monkeypatch.setattr(generate, "field_comments", lambda *a: {**real(*a), "beam_size": ""})
     with pytest.raises(generate.UndocumentedKey, match="eval.beam_size has no comment"):
         generate.config_tables()
+
+
+NUMBERS = {"seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11}
+
+
+def test_the_attention_page_counts_its_mistakes_as_its_tables_do():
+    text = (ROOT / "docs" / "attention.md").read_text("utf-8")
+    said = re.search(r"### (\w+) classic mistakes", text).group(1).lower()
+    lesson = text.split("<!-- lesson:eight_mistakes -->")[1].split("<!-- /lesson -->")[0]
+    sizes = re.compile(r"\d\.\de[+-]\d\d")  # a size of error, 1.8e-01
+    measured = [line for line in lesson.splitlines() if len(sizes.findall(line)) == 3 and line[:4] != "none"]
+    table = text.split("<!-- mutations -->")[1].split("<!-- /mutations -->")[0]
+    patches = [line for line in table.splitlines() if re.match(r"[a-z_]+\s+tests/", line)]
+    assert NUMBERS[said] == len(measured)
+    patched = next(word for word, n in NUMBERS.items() if n == len(patches))
+    assert f"{patched} patches for {said} mistakes" in " ".join(text.split())
+
+
+def test_the_main_configs_step_counts_are_the_measured_runs():
+    """The step counts in configs/multi30k_de_en.yaml's comments: the range of the runs docs/figures.json
+    holds, to the hundred below."""
+    runs = json.loads((ROOT / "docs" / "figures.json").read_text("utf-8"))["main_job"]["runs"]
+    steps = [run["steps"] for run in runs]
+    expected = f"{min(steps) // 100 * 100:,}-{max(steps) // 100 * 100:,}"
+    found = re.findall(r"\d,\d{3}-\d,\d{3}", (ROOT / "configs" / "multi30k_de_en.yaml").read_text("utf-8"))
+    assert found and set(found) == {expected}

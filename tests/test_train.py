@@ -92,6 +92,18 @@ def test_resume_after_stop_continues_exactly(tmp_path):
 
 
 @needs_data
+def test_a_resume_with_a_new_budget_goes_on_and_says_what_it_changes(tmp_path, capsys):
+    assert run_train(tmp_path / "run", "eval.every_steps=0", "train.max_steps=3") == 0
+    assert run_train(tmp_path / "run", "eval.every_steps=0", "train.max_steps=3", resume=True) == 0
+    assert "resuming with" not in capsys.readouterr().out  # the budget spent: nothing changes, it stops
+    assert load_checkpoint(tmp_path / "run" / "last.pt")["state"]["step"] == 3
+    assert run_train(tmp_path / "run", "eval.every_steps=0", "train.max_steps=5", resume=True) == 0
+    out = capsys.readouterr().out
+    assert "resuming with train.max_steps (3 -> 5) (a resume keeps model.*, data.* and train.seed)" in out
+    assert load_checkpoint(tmp_path / "run" / "last.pt")["state"]["step"] == 5
+
+
+@needs_data
 def test_moving_average_is_saved_for_inference_and_resumes_exactly(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     ema = ("eval.every_steps=0", "train.ema_decay=0.9")

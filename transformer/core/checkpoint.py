@@ -174,6 +174,15 @@ def located(value):
     return value
 
 
+def changed_settings(ckpt: dict, config: Config) -> list[str]:
+    """The ``train`` and ``eval`` keys a resume changes, as "key (old -> new)": a resume may change them (a
+    new budget, another validation schedule), as they decide neither the weights' shapes nor the batches."""
+    saved, now, default = ckpt["config"], config.to_dict(), Config().to_dict()
+    return [f"{section}.{key} ({saved.get(section, {}).get(key, default[section][key])!r} -> {value!r})"
+            for section in ("train", "eval") for key, value in now[section].items()
+            if key != "seed" and saved.get(section, {}).get(key, default[section][key]) != value]  # fmt: skip
+
+
 def check_resumable(ckpt: dict, path: Path, config: Config, world_size: int, precision: str) -> None:
     """Refuse to resume from ``ckpt`` (read from ``path``), before anything is written, when it was trained
     with other model or data settings or another seed (they decide the weights' shapes and the order of the

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from transformer.core.checkpoint import (
+    changed_settings,
     check_resumable,
     link_checkpoint,
     load_checkpoint,
@@ -96,6 +97,8 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     resumed = load_checkpoint(last) if resume else None
     if resumed is not None:
         check_resumable(resumed, last, config, runtime.world_size, runtime.precision)
+        if runtime.is_main and (changes := changed_settings(resumed, config)):
+            print(f"resuming with {', '.join(changes)} (a resume keeps model.*, data.* and train.seed)")
     parts = parts_of(config.data)  # data.corpora, or the one corpus
     loaded = load_parts(parts, config.eval)  # each with its fingerprint, the cache's key (files checked)
     with undone_if_refused(run_dir, runtime):  # a refused run leaves its folder as it was
