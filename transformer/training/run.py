@@ -94,11 +94,7 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
         check_source(source, config.train)
     config = with_source_model(config, source) if source else config
     last = run_dir / "last.pt"
-    resumed = load_checkpoint(last) if resume else None
-    if resumed is not None:
-        check_resumable(resumed, last, config, runtime.world_size, runtime.precision)
-        if runtime.is_main and (changes := changed_settings(resumed, config)):
-            print(f"resuming with {', '.join(changes)} (a resume keeps model.*, data.* and train.seed)")
+    resumed = resumable(last, config, runtime) if resume else None
     parts = parts_of(config.data)  # data.corpora, or the one corpus
     loaded = load_parts(parts, config.eval)  # each with its fingerprint, the cache's key (files checked)
     with undone_if_refused(run_dir, runtime):  # a refused run leaves its folder as it was
@@ -147,6 +143,15 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
         if (slow := slow_precision(config.train.precision, runtime.device)) is not None:
             print(f"warning: train.precision={config.train.precision}: {slow}", file=sys.stderr, flush=True)
     return run
+
+
+def resumable(last: Path, config: Config, runtime: Runtime) -> dict:
+    """RUN_DIR/last.pt, checked against ``config`` (``check_resumable``); says which settings it changes."""
+    resumed = load_checkpoint(last)
+    check_resumable(resumed, last, config, runtime.world_size, runtime.precision)
+    if runtime.is_main and (changes := changed_settings(resumed, config)):
+        print(f"resuming with {', '.join(changes)} (a resume keeps model.*, data.* and train.seed)")
+    return resumed
 
 
 def distributed(model: torch.nn.Module, runtime: Runtime) -> torch.nn.Module:
