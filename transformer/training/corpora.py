@@ -9,11 +9,12 @@ tokens put in front of their sources.
       sampling_temperature: 1.0
 
 A corpus takes the keys of the one corpus of a run without ``corpora`` (``CORPUS_KEYS``: where it is, its
-languages, how it is carved and cleaned; the run's own value where it gives none), and three more:
+languages, how it is carved and cleaned; the run's own value where it gives none), and four more:
 
     name    how its validation and test scores are reported (default ``<src_lang>-<tgt_lang>``; unique)
     weight  its share of the training stream relative to its size (default 1.0; > 0)
     tag     a token ``<tag>`` put in front of every one of its sources (e.g. ``bt`` for back-translation)
+    test_sets  more test sets of its own, name: file prefix (reported as ``<name>.<set>``)
 
 **An epoch** holds ``count_i = round(p_i × Σ_j w_j n_j)`` pairs of corpus i, with n_i its kept training pairs,
 w_i its weight and p_i ∝ (w_i n_i)^(1/T), T = ``data.sampling_temperature``: at T = 1, simply round(w_i n_i)
@@ -64,10 +65,6 @@ class Part:
     tag: str | None = None
     key: str = "data"  # where the config gives it, for error messages
     test_sets: dict = dataclasses.field(default_factory=dict)
-
-    @property
-    def direction(self) -> str:
-        return f"{self.data.src_lang}-{self.data.tgt_lang}"
 
 
 def parts_of(data: DataConfig) -> list[Part]:
