@@ -18,9 +18,8 @@ import socket
 import sys
 
 from transformer.core.checkpoint import CheckpointError
-from transformer.core.config import DECODE_PRECISIONS
-from transformer.training.precision import DeviceError
-from transformer.training.usage import UsageParser
+from transformer.runtime.precision import DECODE_PRECISIONS, DeviceError
+from transformer.runtime.usage import UsageParser
 
 
 def build_parser() -> UsageParser:

@@ -22,25 +22,24 @@ import torch
 from tqdm import tqdm
 
 from transformer.core.batches import Batch, iter_batches, make_batches
-from transformer.core.checkpoint import (
-    CheckpointError,
-    load_checkpoint,
-    save_checkpoint,
-    unwrap,
-)
-from transformer.core.config import Config, ConfigError, load_config
-from transformer.core.loss import output_loss
-from transformer.core.optim import cooldown_factor, learning_rate, lr_scale, scaled_step, unscale_and_clip
+from transformer.core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from transformer.core.config import ConfigError
+from transformer.core.loss import token_loss
+from transformer.core.optim import cooldown_factor, learning_rate, lr_scale
+from transformer.fast.output_loss import output_loss
+from transformer.interop.formats import load_model
+from transformer.runtime.configs import Config, load_config
+from transformer.runtime.lines import DataError
+from transformer.runtime.precision import DeviceError
+from transformer.runtime.usage import UsageParser
 from transformer.training import reporting
 from transformer.training.averaging import average_checkpoints, last_step_checkpoints
-from transformer.training.corpus import DataError
-from transformer.training.model_formats import load_model
-from transformer.training.precision import DeviceError
 from transformer.training.prefetch import prefetch
+from transformer.training.ranks import shard, unwrap
 from transformer.training.run import Run, TrainingError, check_finite, save, setup
 from transformer.training.run_folder import RunFolderError, keep_step_checkpoint, write_results
 from transformer.training.splits import lengths_of
-from transformer.training.usage import UsageParser
+from transformer.training.update import scaled_step, unscale_and_clip
 from transformer.training.validation import score_other_test_sets, score_test_set, validate
 
 STOP_REASONS = (None, "max_steps", "max_epochs", "max_minutes", "patience")
@@ -65,10 +64,10 @@ def epoch_batches(run: Run) -> Iterator[Batch]:
     """This rank's batches of the current epoch, from where the state says the epoch stands."""
     state, src_ids, tgt_ids = run.state, *run.splits.train
     batches = make_batches(
-        lengths_of(src_ids), lengths_of(tgt_ids), run.config.data.max_tokens, True,
-        run.config.train.seed, state.epoch, run.runtime.rank, run.runtime.world_size,
-        indices=run.splits.epoch_indices(run.config.train.seed, state.epoch),
+        lengths_of(src_ids), lengths_of(tgt_ids), run.config.data.max_tokens, True, run.config.train.seed,
+        state.epoch, indices=run.splits.epoch_indices(run.config.train.seed, state.epoch),
     )  # fmt: skip
+    batches = shard(batches, run.runtime.rank, run.runtime.world_size)
     return iter_batches(src_ids, tgt_ids, batches[state.batch_in_epoch :], *unwrap(run.model).pad_start_eos)
 
 
@@ -76,10 +75,10 @@ def accumulate_gradients(run: Run, train_model: torch.nn.Module, batches: list[B
     """Forward + backward over the micro-batches of one update. Their summed loss is divided by all their
     target tokens, on every rank together, as if they were one batch (label smoothing inside, §5.4).
     Returns this rank's part of the update's loss per target token."""
-    rt, tc, never, pad_id = run.runtime, run.config.train, run.never_targets, unwrap(run.model).pad_id
-    # the loss applies the output layer, by blocks of rows, outside DDP's forward: fine for DDP as long as
-    # find_unused_parameters stays off (its gradient arrives in the same backward pass)
-    proj, eps = unwrap(run.model).output_proj, tc.label_smoothing
+    rt, never, pad_id = run.runtime, run.never_targets, unwrap(run.model).pad_id
+    # the fast loss applies the output layer, by blocks of rows, outside DDP's forward: fine for DDP as long
+    # as find_unused_parameters stays off (its gradient arrives in the same backward pass)
+    proj, eps, fast = unwrap(run.model).output_proj, run.config.train.label_smoothing, run.config.train.fast
     n_local = float(sum(b.n_tgt_tokens for b in batches))  # a device tensor only when ranks must add theirs
     n_tokens = n_local if rt.world_size == 1 else rt.sum_over_ranks(torch.full((), n_local, device=rt.device))
     step_loss = torch.zeros((), device=rt.device)
@@ -89,8 +88,12 @@ def accumulate_gradients(run: Run, train_model: torch.nn.Module, batches: list[B
         last = i == len(batches) - 1  # DDP averages the gradients over ranks once, after the last one
         with run.model.no_sync() if rt.world_size > 1 and not last else contextlib.nullcontext():
             with rt.autocast():
-                features = train_model(batch.src, batch.tgt_in, project=False)  # (B, T, D)
-                loss = output_loss(features, proj, batch.tgt_out, pad_id, eps, never) / n_tokens
+                if fast:
+                    features = train_model(batch.src, batch.tgt_in, project=False)  # (B, T, D)
+                    loss = output_loss(features, proj, batch.tgt_out, pad_id, eps, never) / n_tokens
+                else:
+                    logits = train_model(batch.src, batch.tgt_in)  # (B, T, V)
+                    loss = token_loss(logits, batch.tgt_out, pad_id, eps, never) / n_tokens
             run.scaler.scale(loss * rt.world_size if rt.world_size > 1 else loss).backward()
         step_loss += loss.detach()
         run.state.train_tokens += batch.n_tgt_tokens
@@ -168,12 +171,8 @@ def evaluate_and_save(run: Run) -> None:
         score = -entry["val_loss"] if select_by == "loss" else entry[f"val_{select_by}"]
         state.bad_evals += 1
         if math.isfinite(score) and (state.best_score is None or score > state.best_score):
-            state.best_score, state.best_bleu, state.best_step, state.bad_evals = (
-                score,
-                entry["val_bleu"],
-                state.step,
-                0,
-            )
+            state.best_score, state.best_bleu, state.best_step = score, entry["val_bleu"], state.step
+            state.bad_evals = 0
             names.append("best.pt")
     rt.wait_for_main()  # the other ranks wait here, however long the validation takes
     checkpoint = save(run, *names)

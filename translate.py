@@ -25,10 +25,10 @@ from transformer.inference.text_lines import (
     write_lines,
 )
 from transformer.inference.translator import Translator
-from transformer.training.metrics import bleu_chrf
-from transformer.training.model_formats import is_released, run_checkpoint
-from transformer.training.precision import DeviceError
-from transformer.training.usage import USAGE_ERROR, UsageError
+from transformer.interop.formats import is_released, run_checkpoint
+from transformer.runtime.metrics import bleu_chrf
+from transformer.runtime.precision import DeviceError
+from transformer.runtime.usage import USAGE_ERROR, UsageError
 
 # ------------------------------------------------------------------------------------------ output
 
@@ -108,8 +108,9 @@ def load_translator(args) -> Translator:
         which = run_checkpoint(Path(args.checkpoint))[1]
         print(f"translate.py: {args.checkpoint} is a run folder: using {which}", file=sys.stderr)
     try:
+        given = {k: v for k, v in given.items() if v is not None}
         translator = Translator.from_checkpoint(
-            args.checkpoint, args.device, args.precision, **{k: v for k, v in given.items() if v is not None}
+            args.checkpoint, args.device, args.precision, fast=args.fast, **given
         )
     except DeviceError as error:
         raise InputError(f"--{error}") from None

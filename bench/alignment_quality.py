@@ -25,9 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from transformer.core.config import load_config
 from transformer.inference.alignment import WORD_START, word_alignment, word_index
 from transformer.inference.translator import Translator
+from transformer.runtime.configs import load_config
 from transformer.training.datasets import load_corpus
 
 ROWS = ("predicted", "input")

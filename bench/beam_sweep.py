@@ -13,8 +13,8 @@ import argparse
 import dataclasses
 import sys
 
-from transformer.core.checkpoint import load_for_inference
 from transformer.inference.translator import Translator
+from transformer.runtime.checkpoints import load_for_inference
 from transformer.training.multi30k import load_multi30k
 
 Row = tuple[float, int, float, float, float | None]  # validation BLEU, beam, α, length ratio, test BLEU

@@ -61,7 +61,7 @@ def first_step(tree: Path, run_dir: Path, overrides: list[str]) -> None:
     """(In a child process) train.py's setup and one optimizer step, then print the seconds since start."""
     sys.path.insert(0, str(tree))
     import train
-    from transformer.core.config import load_config
+    from transformer.runtime.configs import load_config
     from transformer.training.run import setup
 
     config = load_config(tree / MAIN_CONFIG, overrides)

@@ -3,7 +3,9 @@
 Decodes Multi30k test_2016_flickr (1000 sentences, in the checkpoint's direction, de→en for the default
 config) with one checkpoint and the same length-sorted batches three ways, one run each: cached greedy,
 uncached greedy (``use_cache=False``) and beam search (K=4, α=0.6 unless ``--length-penalty``, cached).
-Reports sentences per second and BLEU, and checks that the cached and uncached outputs are identical.
+Reports sentences per second and BLEU, and checks that the cached and uncached outputs are identical. Then
+cached greedy and beam search again on the plain core (``--no-fast``): its speed beside the fast tier's,
+and how many lines differ.
 
     python bench/decode_speed.py --checkpoint RUN/best.pt [--data-dir DIR] [--limit N] [--max-tokens N]
 
@@ -12,7 +14,8 @@ The checkpoint may be a training one or an inference-only one made beforehand wi
 copy to another machine). Without --checkpoint it uses runs/decode_bench/best.pt if it is there; otherwise it
 refuses, unless ``--train-minutes N`` asks it to train one first with train.py (configs/multi30k_de_en.yaml).
 
-Last line: speedup_cache=<cached greedy sentences/s ÷ uncached greedy sentences/s>.
+Last lines: fast_vs_plain_greedy= and fast_vs_plain_beam=<the fast tier's sentences/s ÷ the plain
+core's>, speedup_cache=<cached greedy sentences/s ÷ uncached greedy sentences/s>.
 
 ``--compare`` measures instead our decoding against the inference engines users deploy with: the checkpoint is
 exported (``transformer.interop.marian.export``) to a transformers folder and a CTranslate2 model, and the
@@ -39,6 +42,7 @@ ours ÷ theirs in sentences/s: ``ratio_bf16_vs_ct2_int8=``, ``ratio_int8_bf16_vs
 """
 
 import argparse
+import copy
 import dataclasses
 import importlib.util
 import subprocess
@@ -51,9 +55,10 @@ import torch
 from ct2_worker import CTranslate2Process  # bench/, beside this file
 
 from transformer.core.batches import make_batches
-from transformer.core.checkpoint import CheckpointError, load_for_inference
+from transformer.core.checkpoint import CheckpointError
 from transformer.inference.translator import Translator
-from transformer.training.metrics import bleu_chrf
+from transformer.runtime.checkpoints import load_for_inference
+from transformer.runtime.metrics import bleu_chrf
 from transformer.training.multi30k import load_multi30k
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,17 +127,23 @@ def measure_decoding(
     {method: {seconds, sentences_per_s, bleu, chrf, mean_output_tokens}} plus whether cached and uncached
     greedy agree and the sacreBLEU signature. One warm-up on 8 sentences first."""
     src_ids = tokenizer.encode_batch(test.src)
+    plain = Translator(copy.deepcopy(model), tokenizer, settings, device, precision, fast=False)
     translator = Translator(model, tokenizer, settings, device, precision)
     methods = {
         "greedy_cache": {"beam_size": 1},
         "greedy_no_cache": {"beam_size": 1, "use_cache": False},
         f"beam{beam}_cache": {"beam_size": beam},
+        "greedy_plain": {"beam_size": 1, "plain": True},
+        f"beam{beam}_plain": {"beam_size": beam, "plain": True},
     }
     for method in methods.values():  # warm-up: first-call allocations are no one's cost
-        decode(translator, src_ids[:8], dict(method))
+        method = dict(method)
+        decode(plain if method.pop("plain", False) else translator, src_ids[:8], method)
     results, outputs = {}, {}
     for name, method in methods.items():
-        outputs[name], seconds = decode(translator, src_ids, dict(method))
+        method = dict(method)
+        by = plain if method.pop("plain", False) else translator
+        outputs[name], seconds = decode(by, src_ids, method)
         scores = bleu_chrf(tokenizer.decode_batch(outputs[name]), test.tgt)
         results[name] = {
             "seconds": seconds,
@@ -148,6 +159,14 @@ def measure_decoding(
         results["signature"] = scores["signature"]
     cached, uncached = outputs["greedy_cache"], outputs["greedy_no_cache"]
     results["cache_differs"] = sum(a != b for a, b in zip(cached, uncached))
+    for kind, fast_name in (("greedy", "greedy_cache"), ("beam", f"beam{beam}_cache")):
+        plain_name = f"{fast_name.split('_')[0]}_plain"
+        results[f"plain_differs_{kind}"] = sum(
+            a != b for a, b in zip(outputs[fast_name], outputs[plain_name])
+        )
+        results[f"fast_vs_plain_{kind}"] = (
+            results[fast_name]["sentences_per_s"] / results[plain_name]["sentences_per_s"]
+        )
     results["speedup_cache"] = (
         results["greedy_cache"]["sentences_per_s"] / results["greedy_no_cache"]["sentences_per_s"]
     )
@@ -384,6 +403,10 @@ def main(argv=None) -> int:
         "cached and uncached greedy outputs identical: "
         + ("yes" if differ == 0 else f"NO, {differ} of {len(test)} sentences differ")
     )
+    for kind in ("greedy", "beam"):
+        print(f"plain core's {kind} lines differing from the fast tier's: {results[f'plain_differs_{kind}']}")
+    print(f"fast_vs_plain_greedy={results['fast_vs_plain_greedy']:.2f}")
+    print(f"fast_vs_plain_beam={results['fast_vs_plain_beam']:.2f}")
     print(f"speedup_cache={results['speedup_cache']:.2f}")
     return 0
 

@@ -100,7 +100,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
             "cpu", "fp32", args.data_dir, SMOKE_MODEL, [600], 2, 300, SMOKE_TRAIN + train,
             args.checkpoint, 8, "aot_eager",
         )  # fmt: skip
-    from transformer.core.config import load_config
+    from transformer.runtime.configs import load_config
 
     sizes = [load_config(BASE_CONFIG).data.max_tokens, load_config(GPU_CONFIG).data.max_tokens]
     return Plan(
@@ -169,7 +169,7 @@ def stage_throughput(plan: Plan, work: Path, out: Path, save: Callable[[dict], N
     import torch
     import train_throughput
 
-    from transformer.core.config import load_config
+    from transformer.runtime.configs import load_config
 
     sizes = load_config(BASE_CONFIG, plan.model_overrides).model
     backend = plan.compile_backend if compiled else None
@@ -235,9 +235,9 @@ def stage_decode(plan: Plan, work: Path, out: Path, save: Callable[[dict], None]
     import decode_speed
     import torch
 
-    from transformer.core.checkpoint import load_for_inference
+    from transformer.runtime.checkpoints import load_for_inference
+    from transformer.runtime.precision import autocast_dtype, training_precision
     from transformer.training.multi30k import load_multi30k
-    from transformer.training.precision import autocast_dtype, training_precision
 
     checkpoint = Path(plan.checkpoint) if plan.checkpoint else work / "run" / "best.pt"
     model, tokenizer, config = load_for_inference(checkpoint, plan.device)

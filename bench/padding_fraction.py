@@ -15,9 +15,10 @@ from pathlib import Path
 import torch
 
 from transformer.core.batches import cut_into_batches, iter_batches, make_batches
-from transformer.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_tokenizer
+from transformer.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from transformer.training.multi30k import load_multi30k
 from transformer.training.splits import encode_split
+from transformer.training.tokenizer_job import train_tokenizer
 
 
 def padding_fraction(batches, src_ids, tgt_ids) -> tuple[float, int]:

@@ -24,9 +24,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 (after choosing the backend)
 
-from transformer.core.config import load_config  # noqa: E402
 from transformer.inference.translator import Translator  # noqa: E402
-from transformer.training.plotting import attention_figure  # noqa: E402
+from transformer.runtime.configs import load_config  # noqa: E402
+from transformer.runtime.plotting import attention_figure  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

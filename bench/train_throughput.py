@@ -1,11 +1,13 @@
-"""Training throughput of our hand-written model vs the same model built on torch.nn.Transformer.
+"""Training throughput of our hand-written model, with and without the fast tier, vs the same model built on
+torch.nn.Transformer.
 
-Both get the same embeddings, positions, output layer, batches (real Multi30k token-bucket batches; without
-the data the script refuses to run rather than time made-up ones) and optimizer; steps (forward + backward
-+ Adam) are interleaved, ours / theirs / ours / ..., and we compare the medians of target tokens per second.
-Each runs its own training step: ours as ``train.py`` does (the decoder's features, then ``output_loss``:
-the output layer and loss by blocks of rows, padding rows skipped), nn.Transformer's the textbook way
-(logits, then ``token_loss``); the FLOPs counted are the same for both.
+All three get the same embeddings, positions, output layer, batches (real Multi30k token-bucket batches;
+without the data the script refuses to run rather than time made-up ones) and optimizer; steps (forward +
+backward + Adam) are interleaved, ours / plain / theirs / ours / ..., and we compare the medians of target
+tokens per second. Each runs its own training step: ours as ``train.py`` does by default (the fast tier's
+modules, the decoder's features, then ``output_loss``: the output layer and loss by blocks of rows, padding
+rows skipped), the plain core's as with ``train.fast: false`` and nn.Transformer's the textbook way (logits,
+then ``token_loss``); the FLOPs counted are the same for all.
 
     python bench/train_throughput.py [--data-dir DIR] [--steps 20] [--sizes default base]
                                      [--precisions fp32 bf16] [--device cuda --max-tokens 25000] [--compile]
@@ -15,11 +17,13 @@ Each precision (autocast; fp32 master weights and Adam state) runs both models, 
 forward + backward) ÷ step time ÷ the roofline: on a CPU, a 1024³ matmul in that precision measured by this
 script first; on CUDA, the GPU's peak dense throughput (``--peak-tflops``).
 
-Last lines: ratio_vs_torch_<precision>=<ours tokens/s ÷ PyTorch tokens/s on the default config's sizes>
-for each precision, then ratio_vs_torch= (the first precision's).
+Last lines: ratio_fast_vs_plain_<precision>=<ours ÷ the plain core's tokens/s> and
+ratio_vs_torch_<precision>=<ours tokens/s ÷ PyTorch tokens/s>, on the default config's sizes, for each
+precision, then ratio_vs_torch= (the first precision's).
 """
 
 import argparse
+import copy
 import statistics
 import sys
 import time
@@ -28,12 +32,15 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from transformer.core.config import ModelConfig, TrainConfig, load_config
-from transformer.core.loss import output_loss, token_loss
+from transformer.core.config import ModelConfig, TrainConfig
+from transformer.core.loss import token_loss
 from transformer.core.masks import causal_mask
 from transformer.core.model import Transformer
 from transformer.core.optim import make_optimizer, set_lr
-from transformer.training.precision import size_onednn_cache
+from transformer.fast.output_loss import output_loss
+from transformer.fast.twins import speed_up
+from transformer.runtime.configs import load_config
+from transformer.runtime.precision import size_onednn_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = {
@@ -85,9 +92,9 @@ def real_batches(data_dir: str | None, max_tokens: int, n: int, vocab_size: int 
     import tempfile
 
     from transformer.core.batches import iter_batches, make_batches
-    from transformer.core.tokenizer import train_tokenizer
     from transformer.training.multi30k import load_multi30k
     from transformer.training.splits import encode_split
+    from transformer.training.tokenizer_job import train_tokenizer
 
     corpus = load_multi30k("de", "en", data_dir)
     train = corpus["train"]
@@ -122,8 +129,9 @@ def measure(
     compile_backend: str | None = None,
 ) -> dict:
     """{(model, precision): (median target tokens/s, median model FLOP/s)} over ``steps`` steps, model in
-    "ours" | "torch" and precision a key of ``dtypes``; every batch goes through each (model, precision) in
-    turn (ours fp32, torch fp32, ours bf16, ...), so that a slower spell of the machine hits them all.
+    "ours" | "plain" | "torch" and precision a key of ``dtypes``; every batch goes through each (model,
+    precision) in turn (ours fp32, plain fp32, torch fp32, ours bf16, ...), so that a slower spell of the
+    machine hits them all.
 
     On the CPU every batch goes through every (model, precision) once before the timed steps: bf16 matmuls
     there run a oneDNN kernel compiled for their shape, which training compiles in its first epoch and then
@@ -134,9 +142,10 @@ def measure(
     ``train.compile``; nn.Transformer stays eager. Compilation happens in the warm-up rounds.
     """
     torch.manual_seed(0)
-    ours = Transformer(sizes, vocab, vocab, 0, 2, 3).to(device)
+    plain = Transformer(sizes, vocab, vocab, 0, 2, 3).to(device)
+    ours = speed_up(copy.deepcopy(plain))  # the same weights, the fast tier's modules
     theirs = TorchTransformerMT(Transformer(sizes, vocab, vocab, 0, 2, 3))
-    models = {"ours": ours, "torch": theirs.to(device)}
+    models = {"ours": ours, "plain": plain, "torch": theirs.to(device)}
     if compile_backend is not None:
         models["ours"] = torch.compile(ours, dynamic=True, backend=compile_backend)
     warmup = (len(batches) if device == "cpu" else 2) + (compile_backend is not None)  # kernels, compiler
@@ -158,7 +167,7 @@ def measure(
                 if name == "ours":  # train.py's step: features, then the projection + loss by blocks of rows
                     features = model(batch.src, batch.tgt_in, project=False)
                     loss = output_loss(features, ours.output_proj, batch.tgt_out, 0, 0.1)
-                else:  # the textbook step: logits (B, T, V), then the loss
+                else:  # the plain core's and the textbook step: logits (B, T, V), then the loss
                     loss = token_loss(model(batch.src, batch.tgt_in), batch.tgt_out, 0, 0.1)
             loss = loss / batch.n_tgt_tokens
             optimizers[name].zero_grad(set_to_none=True)
@@ -202,7 +211,7 @@ def main():
     parser.add_argument("--compile", action="store_true", help="our model under torch.compile (inductor)")
     args = parser.parse_args()
     dtypes = {precision: DTYPES[precision] for precision in args.precisions}
-    from transformer.training.corpus import DataError
+    from transformer.runtime.lines import DataError
 
     try:
         batches, vocab = real_batches(args.data_dir, args.max_tokens, args.steps)
@@ -217,7 +226,7 @@ def main():
     roofline = {p: matmul_roofline(args.device, dtype) for p, dtype in dtypes.items()}
     measured = ", ".join(f"{p} {flops / 1e9:.0f} GFLOP/s" for p, flops in roofline.items())
     print(f"roofline (a 1024³ matmul, measured here): {measured}", flush=True)
-    ratios = {}
+    ratios, fast_vs_plain = {}, {}
     for name in args.sizes:
         backend = "inductor" if args.compile else None
         result = measure(SIZES[name], batches, vocab, args.steps, args.device, dtypes, backend)
@@ -228,11 +237,17 @@ def main():
             print(f"{name:8s} {precision}  ours {ours:7.0f} tgt tok/s  torch {theirs:7.0f} tgt tok/s  ratio "
                   f"{ours / theirs:.3f}   ours {ours_flops / 1e9:.1f} GFLOP/s, MFU ours "
                   f"{ours_flops / peak:.1%} torch {theirs_flops / peak:.1%}", flush=True)  # fmt: skip
+        for precision in dtypes:
+            fast_vs_plain[name, precision] = result["ours", precision][0] / result["plain", precision][0]
+            print(f"{name:8s} {precision}  plain core {result['plain', precision][0]:7.0f} tgt tok/s: ours "
+                  f"(fast) ÷ plain {fast_vs_plain[name, precision]:.3f}", flush=True)  # fmt: skip
         if "fp32" in dtypes and len(dtypes) > 1:
             for precision in (p for p in dtypes if p != "fp32"):
                 speedup = result["ours", precision][0] / result["ours", "fp32"][0]
                 print(f"{name:8s} ours {precision} ÷ ours fp32: {speedup:.3f}", flush=True)
     first = args.sizes[0] if "default" not in args.sizes else "default"
+    for precision in dtypes:
+        print(f"ratio_fast_vs_plain_{precision}={fast_vs_plain[first, precision]:.3f}")
     for precision in dtypes:
         print(f"ratio_vs_torch_{precision}={ratios[first, precision]:.3f}")
     print(f"ratio_vs_torch={ratios[first, args.precisions[0]]:.3f}")

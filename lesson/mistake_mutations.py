@@ -34,13 +34,13 @@ MUTATIONS = {
                  "scores = torch.matmul(query, key.transpose(-2, -1)) * scale",
                  "scores = torch.matmul(query, key.transpose(-2, -1))"),
     "sqrt_d_model": ("transformer/core/attention.py",
-                     "        if k.size(0) != q.size(0):",
+                     "        out, weights = self.attend(q, k, v, mask)",
                      "        q = q / math.sqrt(H)\n"
-                     "        if k.size(0) != q.size(0):"),
+                     "        out, weights = self.attend(q, k, v, mask)"),
     "mask_after_softmax": ("transformer/core/attention.py",
-                           "        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)\n"
-                           "        weights = torch.softmax(scores, dim=-1)  # (..., Tq, Tk)\n",
-                           "        weights = torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)\n"),
+                           "    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)\n"
+                           "    weights = torch.softmax(scores, dim=-1)  # (..., Tq, Tk)\n",
+                           "    weights = torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)\n"),
     "mask_with_zero": ("transformer/core/attention.py",
                        "scores.masked_fill(~mask, torch.finfo(scores.dtype).min)",
                        "scores.masked_fill(~mask, 0.0)"),

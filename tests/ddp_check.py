@@ -20,7 +20,7 @@ import train
 from transformer.core.batches import collate, make_batches
 from transformer.core.config import ModelConfig, TrainConfig
 from transformer.core.model import Transformer
-from transformer.training.ranks import Runtime, setup_runtime
+from transformer.training.ranks import Runtime, setup_runtime, shard
 
 
 def as_run(runtime: Runtime, model: torch.nn.Module) -> SimpleNamespace:
@@ -74,7 +74,7 @@ def shards_disjoint(rt: Runtime) -> bool:
         torch.randint(1, 30, (300,), generator=generator).tolist(),
         torch.randint(1, 30, (300,), generator=generator).tolist(),
     )
-    mine = make_batches(src, tgt, 400, True, seed=3, epoch=1, rank=rt.rank, world_size=rt.world_size)
+    mine = shard(make_batches(src, tgt, 400, True, seed=3, epoch=1), rt.rank, rt.world_size)
     everyone = [
         set(i for batch in batches for i in batch)
         for batch_list in [rt.gather(mine)]

@@ -19,7 +19,7 @@ from transformer.core.config import EvalConfig, ModelConfig
 from transformer.core.model import Transformer
 from transformer.inference.alignment import word_alignment
 from transformer.inference.translator import Translator
-from transformer.training.attention_maps import SentenceAttention
+from transformer.runtime.attention_maps import SentenceAttention
 
 SRC = ["▁Ein", "▁H", "und", "▁läuft", "."]
 TGT = ["▁A", "▁do", "g", "▁runs", "."]

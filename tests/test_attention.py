@@ -9,7 +9,6 @@ from pytorch_oracle import max_diff_vs_reference, mha_max_diff_vs_torch, random_
 
 from transformer.core.attention import (
     MultiHeadAttention,
-    append_step,
     merge_heads,
     scaled_dot_product_attention,
     split_heads,
@@ -219,38 +218,6 @@ def test_cached_self_attention_equals_full():
     assert cache["k"].shape == (2, 4, 7, 8)
 
 
-def test_cached_self_attention_with_reordered_rows_equals_reordering_first():
-    """A search that reorders its hypotheses leaves ``rows`` in the cache; the next step takes those rows
-    of the past keys / values and appends its own: the same as index_select, then cat (rows repeated,
-    dropped and swapped, and a first step that grows one row per sentence into several)."""
-    torch.manual_seed(0)
-    mha = MultiHeadAttention(32, 4).eval().requires_grad_(False)  # as in decoding
-    x = torch.randn(2, 1, 32)
-    deferred, eager = {}, {}
-    mha(x, x, x, None, deferred), mha(x, x, x, None, eager)
-    for rows in (torch.tensor([1, 1, 0]), torch.tensor([2, 0, 0, 1]), torch.tensor([3, 1])):
-        deferred["rows"] = rows
-        eager["k"], eager["v"] = eager["k"].index_select(0, rows), eager["v"].index_select(0, rows)
-        y = torch.randn(rows.numel(), 1, 32)
-        out_deferred, _ = mha(y, y, y, None, deferred)
-        out_eager, _ = mha(y, y, y, None, eager)
-        assert "rows" not in deferred and deferred["k"].is_contiguous()
-        assert torch.equal(out_deferred, out_eager)
-        assert torch.equal(deferred["k"], eager["k"]) and torch.equal(deferred["v"], eager["v"])
-
-
-def test_append_step_takes_the_rows_then_the_new_step():
-    past, new = torch.randn(3, 2, 4, 5), torch.randn(4, 2, 1, 5)  # (B', H, T, Dh), (B, H, 1, Dh)
-    rows = torch.tensor([2, 0, 2, 1])
-    expected = torch.cat([past[rows], new], dim=2)  # (B, H, T + 1, Dh)
-    assert torch.equal(append_step(past, new, rows), expected)
-    past.requires_grad_(True)  # out= has no backward: with gradients, the two-copy way
-    torch.testing.assert_close(append_step(past, new, rows), expected)
-    with pytest.raises(ValueError, match="3 cache rows selected for a step of 4 rows"):
-        append_step(past.detach(), new, rows[:3])
-    assert torch.equal(append_step(past, new[:3]), torch.cat([past, new[:3]], dim=2))
-
-
 def test_cross_attention_cache_computed_once():
     mha = MultiHeadAttention(32, 4, self_attention=False).eval()
     memory, cache = torch.randn(2, 5, 32), {}
@@ -258,21 +225,3 @@ def test_cross_attention_cache_computed_once():
     k_first = cache["k"]
     out, _ = mha(torch.randn(2, 1, 32), torch.zeros(0), torch.zeros(0), None, cache)  # memory unused now
     assert cache["k"] is k_first and out.shape == (2, 1, 32)
-
-
-def test_beams_share_their_sentences_memory_in_cross_attention():
-    """Beam search's cross-attention: n sentences' memories once, their K beams as K queries each, equals
-    attention with the memory, keys, values and mask repeated per beam (rows sentence-major)."""
-    torch.manual_seed(0)
-    n, K, S, D, H = 3, 4, 6, 32, 4
-    mha = MultiHeadAttention(D, H, self_attention=False).eval()
-    memory = torch.randn(n, S, D)
-    mask = torch.ones(n, 1, 1, S, dtype=torch.bool)
-    mask[1, ..., 4:] = False  # a padded source
-    beams = torch.randn(n * K, 1, D)  # rows b·K ... b·K + K - 1: sentence b's beams
-    shared, shared_weights = mha(beams, memory, memory, mask, {})
-    repeated = memory.repeat_interleave(K, dim=0)  # (n·K, S, D)
-    expected, expected_weights = mha(beams, repeated, repeated, mask.repeat_interleave(K, dim=0), {})
-    torch.testing.assert_close(shared, expected, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(shared_weights, expected_weights, rtol=1e-5, atol=1e-6)
-    assert (shared_weights[K : 2 * K, ..., 4:] == 0).all()  # sentence 1's beams never see its padding

@@ -11,10 +11,11 @@ import sacrebleu
 import torch
 from conftest import DATA_DIR, needs_data
 
-from transformer.core.checkpoint import CheckpointError, load_checkpoint, load_for_inference
+from transformer.core.checkpoint import CheckpointError, load_checkpoint
 from transformer.inference.translator import Translator
 from transformer.interop.slim import main as slim_main
 from transformer.interop.slim import slim_checkpoint
+from transformer.runtime.checkpoints import load_for_inference
 from transformer.training.multi30k import load_multi30k
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,18 +56,24 @@ def test_throughput_times_no_batch_before_every_model_has_run_it_once(monkeypatc
 
     def recording(name, output):
         def forward(self, src, tgt_in, **kwargs):
-            seen.append((name, (src.size(0), src.size(1), tgt_in.size(1))))
-            return torch.zeros(*tgt_in.shape, output(self), requires_grad=True)  # (B, T, D) | (B, T, V)
+            seen.append((name(self), (src.size(0), src.size(1), tgt_in.size(1))))
+            width = output(self) if kwargs.get("project", True) else self.config.d_model  # features: D
+            return torch.zeros(*tgt_in.shape, width, requires_grad=True)  # (B, T, D) | (B, T, V)
 
         return forward
 
+    def ours_or_plain(model) -> str:  # ours: the fast tier's twins in it
+        return "ours" if type(model.decoder.layers[0].self_attn).__name__.startswith("Fast") else "plain"
+
     monkeypatch.setattr(
-        train_throughput.Transformer, "forward", recording("ours", lambda m: m.config.d_model)
+        train_throughput.Transformer,
+        "forward",
+        recording(ours_or_plain, lambda m: m.output_proj.out_features),
     )
     monkeypatch.setattr(
         train_throughput.TorchTransformerMT,
         "forward",
-        recording("torch", lambda m: m.output_proj.out_features),
+        recording(lambda m: "torch", lambda m: m.output_proj.out_features),
     )
     timed = []  # (model, shape, how many times that model has run that shape, this step included)
 
@@ -79,10 +86,10 @@ def test_throughput_times_no_batch_before_every_model_has_run_it_once(monkeypatc
         d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1
     )
     result = train_throughput.measure(sizes, batches, vocab, 3, "cpu", {"fp32": None})
-    assert [model for model, _, _ in timed] == ["ours", "torch"] * 3  # 3 timed steps of each, in turn
+    assert [model for model, _, _ in timed] == ["ours", "plain", "torch"] * 3  # 3 timed steps of each
     assert {shape for _, shape, _ in timed} == set(shapes)
     assert all(runs >= 2 for _, _, runs in timed), timed  # its warm-up run, then the timed one
-    assert set(result) == {("ours", "fp32"), ("torch", "fp32")}
+    assert set(result) == {("ours", "fp32"), ("plain", "fp32"), ("torch", "fp32")}
 
 
 def test_decode_speed_without_checkpoint_refuses_instead_of_training(tmp_path, monkeypatch, capsys):

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from transformer.core.config import Config, ConfigError, load_config
+from transformer.core.config import ConfigError
+from transformer.runtime.configs import Config, load_config
 
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
 

@@ -8,10 +8,10 @@ import pytest
 from conftest import DATA_DIR, needs_data
 
 from transformer.core.batches import make_batches
-from transformer.core.config import Config, load_config
-from transformer.core.tokenizer import train_tokenizer
+from transformer.runtime.configs import Config, load_config
 from transformer.training.multi30k import load_multi30k
 from transformer.training.splits import clean_pairs, encode_split
+from transformer.training.tokenizer_job import train_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))

@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from transformer.core.config import ConfigError, load_config
-from transformer.training.corpora import epoch_counts, epoch_indices, parts_of, prefix_pieces, user_symbols
-from transformer.training.corpus import DataError
+from transformer.core.config import ConfigError
+from transformer.runtime.configs import load_config
+from transformer.runtime.corpora import parts_of, prefix_pieces, user_symbols
+from transformer.runtime.lines import DataError
 from transformer.training.datasets import load_parts
+from transformer.training.mixing import epoch_counts, epoch_indices
 
 
 def text_corpus(folder: Path, src: str, tgt: str, **keys) -> dict:
@@ -351,7 +353,7 @@ def test_one_corpus_into_another_language_knows_its_target(tmp_path, three_langu
 
 
 def test_a_prefix_hides_no_empty_source_from_cleaning():
-    from transformer.core.config import DataConfig
+    from transformer.runtime.configs import DataConfig
     from transformer.training.splits import clean_pairs
 
     src, tgt = np.array([0, 3, 4, 1]), np.array([2, 2, 2, 4])  # empty; fits; too long with its tag; ratio 4

@@ -7,8 +7,8 @@ import pytest
 from conftest import ROOT
 
 import train
-from transformer.core.config import DataConfig, load_config
-from transformer.training.corpus import DataError
+from transformer.runtime.configs import DataConfig, load_config
+from transformer.runtime.lines import DataError
 from transformer.training.datasets import load_corpus, load_test_sets
 
 PAIRS = [
@@ -107,8 +107,9 @@ def test_a_byte_order_mark_is_not_part_of_line_1(tmp_path):
     import gzip
 
     from transformer.inference.text_lines import read_text
-    from transformer.training.corpus import BOM, read_lines, split_lines
-    from transformer.training.metrics import bleu_chrf
+    from transformer.runtime.lines import BOM, split_lines
+    from transformer.runtime.metrics import bleu_chrf
+    from transformer.training.corpus import read_lines
 
     lines = ["Ein Hund läuft.", "\ufeffZwei Männer."]  # a U+FEFF inside the file is text: kept
     data = BOM + "".join(line + "\n" for line in lines).encode("utf-8")

@@ -9,9 +9,9 @@ import pytest
 from conftest import ROOT
 
 import train
-from transformer.core.config import DataConfig
+from transformer.runtime.configs import DataConfig
+from transformer.runtime.lines import DataError
 from transformer.training.carving import Carved
-from transformer.training.corpus import DataError
 from transformer.training.datasets import load_corpus
 
 LANGS = ("de", "en")

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from transformer.core.batches import Batch, collate, iter_batches, make_batches, restore_order
-from transformer.core.config import DataConfig
-from transformer.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
+from transformer.core.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer.runtime.configs import DataConfig
 from transformer.training.corpus import (
     Corpus,
     DataError,
@@ -23,7 +23,9 @@ from transformer.training.corpus import (
     read_parallel,
 )
 from transformer.training.multi30k import load_multi30k
+from transformer.training.ranks import shard
 from transformer.training.splits import clean_pairs, encode_split
+from transformer.training.tokenizer_job import train_tokenizer
 
 # -------- fixtures -------------------------------------------------------------------------------
 
@@ -226,9 +228,9 @@ def test_a_hub_split_is_read_from_its_arrow_table_a_slice_at_a_time(tmp_path, mo
     """A hub split stays in its memory-mapped Arrow table: its chunks, sentences and head are the pairs in
     order, slice by slice; its fingerprint is that of the Arrow files (the same on a second load, another
     for other text), and a training store built from it holds the ids of the same pairs held as text."""
-    from transformer.core.tokenizer import train_tokenizer
     from transformer.training.corpus import ParallelArrow, ParallelText
     from transformer.training.token_store import build_store
+    from transformer.training.tokenizer_job import train_tokenizer
 
     files = write_json_splits(tmp_path, sizes=(("train", 23), ("valid", 2), ("test", 3)))
     load = lambda: load_hub_dataset("json", None, "de", "en", data_files=files, cache_dir=str(tmp_path / "c"))
@@ -381,26 +383,24 @@ def test_batches_respect_indices(lengths):
 @pytest.mark.parametrize("shuffle", [True, False])
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_shards_disjoint_and_covering(lengths, world_size, shuffle):
-    args = dict(max_tokens=1000, shuffle=shuffle, seed=5, epoch=2, world_size=world_size)
-    whole = as_lists(make_batches(*lengths, **(args | dict(world_size=1))))
-    shards = [as_lists(make_batches(*lengths, **args, rank=rank)) for rank in range(world_size)]
+    batches = make_batches(*lengths, max_tokens=1000, shuffle=shuffle, seed=5, epoch=2)
+    whole = as_lists(batches)
+    shards = [as_lists(shard(batches, rank, world_size)) for rank in range(world_size)]
     assert len({len(shard) for shard in shards}) == 1  # every rank takes the same number of steps
     n_extra = len(shards[0]) * world_size - len(whole)
     assert 0 <= n_extra < world_size
     taken = [batch for shard in shards for batch in shard]
     assert sorted(taken) == sorted(whole + whole[:n_extra])  # padded by repeating from the start
     with pytest.raises(ValueError, match="rank"):
-        make_batches(*lengths, **args, rank=world_size)
+        shard(batches, world_size, world_size)
 
 
 def test_eval_batches_keep_everything_and_restore_order(lengths):
     src_lengths, tgt_lengths = lengths
     n = len(src_lengths)
     for world_size in (1, 3):
-        rank_batches = [
-            make_batches(*lengths, max_tokens=500, shuffle=False, rank=rank, world_size=world_size)
-            for rank in range(world_size)
-        ]
+        batches = make_batches(*lengths, max_tokens=500, shuffle=False)
+        rank_batches = [shard(batches, rank, world_size) for rank in range(world_size)]
         indices = [i for batches in rank_batches for batch in batches for i in batch]
         results = [f"result for {i}" for i in indices]  # what a translation loop would produce
         assert restore_order(results, indices, size=n) == [f"result for {i}" for i in range(n)]

@@ -7,10 +7,10 @@ import pytest
 import torch
 from test_decoding import EOS, random_model
 
-from transformer.core.batched_search import search
 from transformer.core.config import EvalConfig
 from transformer.inference.sampling import Sampling
 from transformer.inference.translator import Translator
+from transformer.runtime.search import search
 from transformer.training.ranks import Runtime
 from transformer.training.validation import translate_and_score
 

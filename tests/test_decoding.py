@@ -14,17 +14,11 @@ import pytest
 import torch
 from conftest import DATA_DIR
 
-from transformer.core import decoding, topk
-from transformer.core.checkpoint import load_for_inference
 from transformer.core.config import ModelConfig
-from transformer.core.decoding import (
-    beam_search,
-    beam_search_nbest,
-    greedy_decode,
-    length_normaliser,
-    max_lengths,
-)
+from transformer.core.decoding import beam_search, greedy_decode, length_normaliser, max_lengths
 from transformer.core.model import Transformer
+from transformer.inference.nbest import beam_search_nbest
+from transformer.runtime.checkpoints import load_for_inference
 from transformer.training.corpus import read_lines
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -171,67 +165,6 @@ def test_batched_beam_equals_one_by_one():
         ended_now, limited_now = endings(model, src, batched, 8)
         ended, limited = ended + ended_now, limited + limited_now
     assert ended > 0 and limited > 0
-
-
-@pytest.mark.parametrize("K", [1, 4])
-def test_beam_scored_by_blocks_of_rows_with_the_two_pass_top_k_equals_all_at_once(monkeypatch, K):
-    """Beam search's output layer and scoring 3 rows at a time, and its top-k in blocks of 2 (V = 100: 50
-    blocks, so ``topk.top_k`` takes its two-pass path), give the same n-best lists and prefixed outputs as
-    all rows at once and ``torch.topk``."""
-    model, src = random_model(1, vocab_size=100), random_sources(1, batch=8, vocab_size=100)
-    prefix = torch.full((8, 2), -1)
-    prefix[::2, 0], prefix[::4, 1] = 7, 9  # half the sentences must start with 7, a quarter with 7 9
-
-    def search():
-        return beam_search_nbest(model, src, K, 0.6, 8, nbest=K), beam_search(
-            model, src, K, 0.6, 8, prefix=prefix
-        )
-
-    monkeypatch.setattr(decoding, "SCORE_ROWS", 10**6)
-    monkeypatch.setattr(topk, "BLOCK", 10**6)  # no whole block: torch.topk
-    (nbest, prefixed) = search()
-    monkeypatch.setattr(decoding, "SCORE_ROWS", 3)
-    monkeypatch.setattr(topk, "BLOCK", 2)
-    (nbest_blocks, prefixed_blocks) = search()
-    assert prefixed_blocks == prefixed and all(out[:1] == [7] for out in prefixed[::2])
-    for hyps, hyps_blocks in zip(nbest, nbest_blocks):
-        assert [ids for ids, _ in hyps_blocks] == [ids for ids, _ in hyps]
-        assert [log_p for _, log_p in hyps_blocks] == pytest.approx([log_p for _, log_p in hyps], rel=1e-12)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_row_scores_are_a_fresh_log_softmax_and_topk_to_the_bit(monkeypatch, dtype):
-    """``_row_best`` writes the log-softmax over the logits in place: each row's k best (log p, token) must
-    be those of a fresh ``torch.log_softmax`` and ``torch.topk``, bit for bit, whatever the block of rows
-    (V = 3000: the two-pass top-k and the vectorised log-softmax), with PAD and BOS ruled out."""
-    model = random_model(3, vocab_size=3000).to(dtype)
-    features = torch.randn(37, 1, 16, dtype=dtype)  # (N, 1, D)
-    for rows in (5, 37):
-        with torch.no_grad():  # the products by the same blocks of rows, which float32 rounds by block
-            blocks = [model.output_proj(features[i : i + rows]) for i in range(0, 37, rows)]
-        logits = torch.cat(blocks)[:, -1].to(dtype)  # (N, V) (the hook's bias is float64)
-        logits[:, [PAD, BOS]] = float("-inf")
-        want_log_probs, want_tokens = torch.log_softmax(logits, dim=-1).topk(8, dim=-1)  # (N, 8) each
-        monkeypatch.setattr(decoding, "SCORE_ROWS", rows)
-        with torch.no_grad():
-            log_probs, tokens = decoding._row_best(features, model, 8, 1, None, dtype)
-        assert torch.equal(tokens, want_tokens) and torch.equal(log_probs, want_log_probs)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_greedy_pick_is_argmax_and_takes_the_first_of_tied_maxima(dtype):
-    """Greedy search picks with ``max(dim).indices`` (faster than ``argmax``): the same token, and among
-    equal best scores the first, as argmax, so a tie never changes a translation."""
-    torch.manual_seed(0)
-    scores = torch.randn(64, 8000).to(dtype)  # (N, V)
-    first, second = torch.randint(0, 4000, (64,)), torch.randint(4000, 8000, (64,))  # (N,) each
-    rows = torch.arange(64)
-    scores[rows[:32], first[:32]] = 9.0  # rows 0-31: the best score twice, at first and second
-    scores[rows[:32], second[:32]] = 9.0
-    scores[40] = float("-inf")  # a row with nothing allowed: the first index, as argmax
-    picked = topk.best_index(scores)  # (N,)
-    assert torch.equal(picked, scores.argmax(dim=-1))
-    assert torch.equal(picked[:32], first[:32]) and picked[40] == 0
 
 
 def test_beam_wider_than_the_search_space_is_exhaustive_search():

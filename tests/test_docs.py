@@ -11,8 +11,8 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "docs"))
 import generate  # noqa: E402
 
-from transformer.core.config import Config  # noqa: E402
 from transformer.inference.cli_options import build_parser  # noqa: E402
+from transformer.runtime.configs import Config  # noqa: E402
 
 
 def test_the_readme_and_the_benchmarks_page_stay_short():

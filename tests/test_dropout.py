@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from transformer.core.dropout import Dropout, dropout, relu_dropout
+from transformer.fast.dropout import Dropout, dropout, relu_dropout
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])

@@ -234,7 +234,7 @@ def test_the_tensorboard_events_that_come_back_are_capped(tmp_path):
 def test_the_train_stage_draws_no_heatmaps(tmp_path):
     """Attention heatmaps are most of a run's events and take time to draw: the GPU run's train stage (and
     its smoke run) logs none, only scalars and texts."""
-    from transformer.core.config import load_config
+    from transformer.runtime.configs import load_config
 
     for smoke in ([], ["--smoke"]):
         plan = gpu.make_plan(gpu.parse_args([str(tmp_path), *smoke]))

@@ -14,9 +14,11 @@ import yaml
 from conftest import DATA_DIR, ROOT, needs_data
 from test_train import run_train
 
-from transformer.core.checkpoint import load_checkpoint, load_for_inference
-from transformer.core.config import ConfigError, load_config
+from transformer.core.checkpoint import load_checkpoint
+from transformer.core.config import ConfigError
 from transformer.inference.translator import Translator
+from transformer.runtime.checkpoints import load_for_inference
+from transformer.runtime.configs import load_config
 from transformer.training.fine_tuning import load_source, with_source_model
 
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -95,7 +97,7 @@ def marian_layout_folder(tiny_checkpoint, folder: Path, seed: int = 0):
 def validation_loss(translator: Translator, n: int) -> float:
     """The per-token validation loss of the first ``n`` Multi30k validation pairs, as train.py reports it."""
     from transformer.core.batches import iter_batches, make_batches
-    from transformer.training.metrics import evaluate_loss
+    from transformer.runtime.metrics import evaluate_loss
     from transformer.training.multi30k import load_multi30k
     from transformer.training.splits import encode_split
 

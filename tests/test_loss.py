@@ -6,10 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer.core import loss as loss_module
 from transformer.core.config import ModelConfig
-from transformer.core.loss import output_loss, token_loss
+from transformer.core.loss import token_loss
 from transformer.core.model import Transformer
+from transformer.fast import output_loss as loss_module
+from transformer.fast.output_loss import output_loss
 
 PAD, BOS, EOS = 0, 2, 1
 

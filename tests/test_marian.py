@@ -375,7 +375,7 @@ def test_export_decodes_as_our_greedy_in_transformers_and_ctranslate2(
     ctranslate2 = pytest.importorskip("ctranslate2")
     from conftest import DATA_DIR, as_pre_norm
 
-    from transformer.core.checkpoint import load_for_inference
+    from transformer.runtime.checkpoints import load_for_inference
 
     if eos_bias is not None:
         tiny_checkpoint = with_eos_bias(tiny_checkpoint, tmp_path / "biased.pt", eos_bias)

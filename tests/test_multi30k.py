@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from transformer.runtime.lines import DataError
 from transformer.training import multi30k
-from transformer.training.corpus import DataError
 from transformer.training.token_store import file_digest
 
 

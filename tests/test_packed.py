@@ -1,4 +1,4 @@
-"""Decoding on prepacked weights (transformer/core/prepacked.py): inside ``packed_decoder`` the decoder's
+"""Decoding on prepacked weights (transformer/fast/prepacked.py): inside ``packed_decoder`` the decoder's
 linear layers and the output layer give F.linear's numbers, the searches give the same tokens, the weights
 are the ones of the moment the block is entered, and the layers get their own forward back, whatever
 happens in the block. Where packing cannot be used (autograd, bf16, quantized weights), nothing is touched."""
@@ -10,11 +10,11 @@ import torch
 from test_decoding import random_model, random_sources
 from torch import nn
 
-from transformer.core import prepacked as packed
-from transformer.core.batched_search import search
 from transformer.core.decoding import beam_search, greedy_decode
-from transformer.core.prepacked import WORTH_PACKING, packed_decoder
+from transformer.fast import prepacked as packed
+from transformer.fast.prepacked import WORTH_PACKING, packed_decoder
 from transformer.inference.translator import Translator
+from transformer.runtime.search import search
 
 if not torch.backends.mkldnn.is_available():  # every PyTorch wheel for x86 and ARM CPUs has oneDNN
     pytest.fail("this PyTorch has no oneDNN: decoding runs on F.linear, and these tests cannot check packing")
@@ -24,24 +24,25 @@ def fp32_model(seed: int = 0):
     return random_model(seed, eos_bias=1.0).float()
 
 
-def packed_layers(model) -> list[nn.Linear]:
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    return [m for m in linears if "forward" in m.__dict__]
+def packed_layers(model) -> list[nn.Module]:
+    return [m for m in model.modules() if isinstance(m, packed.PackedLinear)]
 
 
 def test_inside_the_block_the_decoder_and_output_layers_are_packed_and_give_f_linear(monkeypatch):
     model = fp32_model()
     x = torch.randn(5, 1, model.config.d_model)  # (rows, 1, D): a decoding step
+    decoder_linears = [m for m in model.decoder.modules() if isinstance(m, nn.Linear)]
     with torch.no_grad():
         reference = [model.output_proj(x), model.decoder.layers[0].ffn.linear1(x)]
         with packed_decoder(model):
             packed = packed_layers(model)
             got = [model.output_proj(x), model.decoder.layers[0].ffn.linear1(x)]
-    decoder_linears = [m for m in model.decoder.modules() if isinstance(m, nn.Linear)]
-    assert set(map(id, packed)) == set(map(id, decoder_linears + [model.output_proj]))  # not the encoder's
+    assert len(packed) == len(decoder_linears) + 1  # the decoder's and the output layer, not the encoder's
+    assert {id(m.weight) for m in packed} == {id(m.weight) for m in decoder_linears + [model.output_proj]}
     for want, have in zip(reference, got):
         torch.testing.assert_close(have, want, rtol=1e-5, atol=1e-5)
-    assert packed_layers(model) == []  # each layer's own forward again
+    assert packed_layers(model) == []  # each layer back in its place
+    assert [m for m in model.decoder.modules() if isinstance(m, nn.Linear)] == decoder_linears
 
 
 def test_greedy_and_beam_search_give_the_same_tokens_packed():
@@ -102,8 +103,8 @@ def test_quantized_weights_are_not_packed(tiny_checkpoint):
 def test_the_translator_packs_the_searches_worth_it(tiny_checkpoint, monkeypatch):
     translator = Translator.from_checkpoint(tiny_checkpoint)
     packs = []
-    real = packed._packed_forward
-    monkeypatch.setattr(packed, "_packed_forward", lambda linear: packs.append(linear) or real(linear))
+    real = packed.PackedLinear
+    monkeypatch.setattr(packed, "PackedLinear", lambda linear: packs.append(linear) or real(linear))
     many = translator.translate(["Ein Hund läuft."] * WORTH_PACKING, beam=2)
     n_linears = len([m for m in translator.model.decoder.modules() if isinstance(m, nn.Linear)]) + 1
     assert len(packs) == n_linears  # each decoder linear and the output layer, once for the whole search
@@ -118,16 +119,17 @@ def test_the_core_search_packs_as_the_translator_does_so_the_final_test_and_tran
 ):
     translator = Translator.from_checkpoint(tiny_checkpoint)
     packs = []
-    real = packed._packed_forward
-    monkeypatch.setattr(packed, "_packed_forward", lambda linear: packs.append(linear) or real(linear))
+    real = packed.PackedLinear
+    monkeypatch.setattr(packed, "PackedLinear", lambda linear: packs.append(linear) or real(linear))
     sources = translator.encode(["Ein Hund läuft.", "Zwei Männer sitzen."] * (WORTH_PACKING // 2))
     beam2 = dataclasses.replace(translator.settings, beam_size=2)
-    ours = search(translator.model, sources, beam2)
+    ours = search(translator.model, sources, beam2, kernels=translator.kernels)
     assert len(packs) == len(packed_layers_of(translator.model))  # packed once, for the whole search
     assert ours == translator.search(sources, beam2)  # the Translator's lines
     with torch.autocast("cpu", dtype=torch.bfloat16):  # under autocast: never on fp32 prepacked weights
-        search(translator.model, sources, beam2)
-    search(translator.model, sources, dataclasses.replace(beam2, beam_size=1))  # greedy: not packed
+        search(translator.model, sources, beam2, kernels=translator.kernels)
+    greedy = dataclasses.replace(beam2, beam_size=1)
+    search(translator.model, sources, greedy, kernels=translator.kernels)  # greedy: not packed
     assert len(packs) == 2 * len(packed_layers_of(translator.model))  # the Translator's own search only
 
 

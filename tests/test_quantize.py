@@ -14,12 +14,18 @@ import torch
 from torch import nn
 
 import translate
-from transformer.core.checkpoint import load_for_inference
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.inference import quantize
-from transformer.inference.quantize import QUANTIZED, Int8Linear, quantize_per_row, quantized_model
+from transformer.inference.quantize import (
+    QUANTIZED,
+    Int8Attention,
+    Int8Linear,
+    quantize_per_row,
+    quantized_model,
+)
 from transformer.inference.translator import Translator
+from transformer.runtime.checkpoints import load_for_inference
 
 pytest.importorskip("torchao")
 from torchao.quantization.quant_primitives import (  # noqa: E402  (after the skip)
@@ -143,8 +149,8 @@ def test_every_linear_layer_is_int8_per_channel_and_the_model_is_untouched(tiny_
 
 
 def test_cross_attention_projects_keys_and_values_in_int8():
-    """Cross-attention multiplies parts of the packed projection (attention.project): those are int8 too,
-    each the right rows."""
+    """Cross-attention multiplies parts of the packed projection (``input_projection``): those are int8
+    too, each the right rows, in a module swapped for its int8 twin."""
     torch.manual_seed(0)
     config = ModelConfig(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=1, n_decoder_layers=1)
     model = Transformer(config, 50, 50, 0, 2, 3).eval()
@@ -155,11 +161,18 @@ def test_cross_attention_projects_keys_and_values_in_int8():
         got, expected = attention(query, memory, memory)[0], reference(query, memory, memory)[0]  # (2, 3, 32)
         for part in (slice(0, 32), slice(32, 96), slice(64, 96)):
             torch.testing.assert_close(
-                attention.project(memory, part), reference.project(memory, part), rtol=0.05, atol=0.05
+                attention.input_projection(memory, part),
+                reference.input_projection(memory, part),
+                rtol=0.05,
+                atol=0.05,
             )
             # the part's rows of the whole int8 projection, exactly: the same int8 values and scales
-            assert torch.equal(attention.project(memory, part), attention.qkv_proj(memory)[..., part])
-    assert "project" in vars(attention) and not any(isinstance(m, nn.Linear) for m in attention.modules())
+            assert torch.equal(
+                attention.input_projection(memory, part), attention.qkv_proj(memory)[..., part]
+            )
+    assert isinstance(attention, Int8Attention) and not any(
+        isinstance(m, nn.Linear) for m in attention.modules()
+    )
     torch.testing.assert_close(got, expected, rtol=0.05, atol=0.05)
     assert not torch.equal(got, expected)
 

@@ -11,7 +11,7 @@ import yaml
 from conftest import ROOT, needs_data
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from transformer.core.config import config_from_dict
+from transformer.runtime.configs import config_from_dict
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 SETUP = "make setup && make data"  # what `make test` has done before any test runs

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer.core.config import load_config
+from transformer.runtime.configs import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))

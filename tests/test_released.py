@@ -8,10 +8,10 @@ import torch
 from conftest import DATA_DIR, as_pre_norm
 
 import translate
-from transformer.core.checkpoint import load_for_inference
 from transformer.inference.translator import Translator
 from transformer.interop.marian import main as marian_main
 from transformer.interop.marian import save_marian_tokenizer
+from transformer.runtime.checkpoints import load_for_inference
 
 transformers = pytest.importorskip("transformers")
 

@@ -12,9 +12,10 @@ import torch
 from conftest import DATA_DIR, needs_data
 
 import train
-from transformer.core.checkpoint import CheckpointError, link_checkpoint, load_checkpoint, save_checkpoint
+from transformer.core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
+from transformer.training.run_folder import link_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "configs/tiny.yaml")

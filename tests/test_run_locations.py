@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, needs_data
 
-from transformer.core.config import ConfigError, DataConfig, find_config, load_config
+from transformer.core.config import ConfigError
+from transformer.runtime.configs import DataConfig, find_config, load_config
 from transformer.training.cache import cache_root
 
 IGNORED = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache"}

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from transformer.core.config import PRECISIONS
-from transformer.training.precision import (
+from transformer.runtime.precision import (
     DeviceError,
     autocast_dtype,
     resolve_device,

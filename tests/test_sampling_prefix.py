@@ -12,6 +12,7 @@ from test_translate import run
 
 import transformer.inference.translator as translator_module
 from transformer.core.decoding import beam_search, greedy_decode, max_lengths
+from transformer.inference.prefix import Prefix
 from transformer.inference.sampling import Sampling, allowed_tokens, sample_tokens
 from transformer.inference.translator import Translator
 
@@ -90,8 +91,8 @@ def prefixes_for(src: torch.Tensor, seed: int) -> tuple[torch.Tensor, list[list[
 def test_greedy_with_a_prefix_starts_with_it_and_continues_greedily():
     model, src = random_model(4, eos_bias=1.0), random_sources(4)
     prefix, lists = prefixes_for(src, 0)
-    outputs = greedy_decode(model, src, 5, prefix=prefix)
-    assert outputs == greedy_decode(model, src, 5, use_cache=False, prefix=prefix)
+    outputs = greedy_decode(model, src, 5, steering=Prefix(prefix, 64))
+    assert outputs == greedy_decode(model, src, 5, use_cache=False, steering=Prefix(prefix, 64))
     limits = max_lengths(model, src, 5).tolist()
     for b, (out, wanted) in enumerate(zip(outputs, lists)):
         assert out[: len(wanted)] == wanted
@@ -109,23 +110,25 @@ def test_forcing_the_greedy_outputs_own_start_changes_nothing():
     lists = [out[:2] for out in plain]
     P = max(len(p) for p in lists)
     prefix = torch.tensor([p + [-1] * (P - len(p)) for p in lists])
-    assert greedy_decode(model, src, 5, prefix=prefix) == plain
-    assert beam_search(model, src, 1, 0.6, 5, prefix=prefix) == plain
+    assert greedy_decode(model, src, 5, steering=Prefix(prefix, 64)) == plain
+    assert beam_search(model, src, 1, 0.6, 5, steering=Prefix(prefix, 64)) == plain
 
 
 def test_beam_with_a_prefix_starts_with_it_and_an_empty_prefix_changes_nothing():
     model, src = random_model(6, eos_bias=1.0), random_sources(6)
     prefix, lists = prefixes_for(src, 1)
-    for out, wanted in zip(beam_search(model, src, 4, 0.6, 5, prefix=prefix), lists):
+    for out, wanted in zip(beam_search(model, src, 4, 0.6, 5, steering=Prefix(prefix, 64)), lists):
         assert out[: len(wanted)] == wanted
     empty = torch.full((src.size(0), 2), -1)
-    assert beam_search(model, src, 4, 0.6, 5, prefix=empty) == beam_search(model, src, 4, 0.6, 5)
+    assert beam_search(model, src, 4, 0.6, 5, steering=Prefix(empty, 64)) == beam_search(
+        model, src, 4, 0.6, 5
+    )
 
 
 def test_a_prefix_longer_than_the_length_limit_still_fits():
     model, src = random_model(7), random_sources(7, batch=2, max_len=2)  # 1 source token: limit 2 + 1
     prefix = torch.tensor([[5, 6, 7, 8, 9], [5, 6, -1, -1, -1]])
-    outputs = greedy_decode(model, src, 1, prefix=prefix)
+    outputs = greedy_decode(model, src, 1, steering=Prefix(prefix, 64))
     assert outputs[0][:5] == [5, 6, 7, 8, 9] and outputs[1][:2] == [5, 6]
 
 

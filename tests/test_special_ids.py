@@ -10,9 +10,10 @@ from conftest import ROOT
 
 import train
 from transformer.core.batches import iter_batches, make_batches
-from transformer.core.config import ModelConfig, load_config
+from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.core.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer.runtime.configs import load_config
 from transformer.training.run import setup
 
 TINY = ROOT / "configs" / "tiny.yaml"

@@ -12,16 +12,18 @@ import torch
 from conftest import DATA_DIR, ROOT, needs_data
 
 import transformer.training.cache as data_cache
-from transformer.core.config import DataConfig, load_config
-from transformer.core.tokenizer import Tokenizer, train_tokenizer
+from transformer.core.tokenizer import Tokenizer
+from transformer.runtime.configs import DataConfig, load_config
+from transformer.runtime.corpora import Part
+from transformer.runtime.lines import DataError
 from transformer.training import token_store
-from transformer.training.corpora import Part
-from transformer.training.corpus import DataError, ParallelFiles, ParallelText
+from transformer.training.corpus import ParallelFiles, ParallelText
 from transformer.training.datasets import Loaded
 from transformer.training.multi30k import load_multi30k
 from transformer.training.ranks import Runtime
 from transformer.training.splits import clean_pairs, encode_corpus, encode_split
 from transformer.training.token_store import build_store, open_store, pair_hash
+from transformer.training.tokenizer_job import train_tokenizer
 
 SRC = ["Ein Hund läuft.", "Zwei Katzen schlafen im Haus.", "", "Ein Mann fährt Rad.", "Ein Hund läuft."] * 7
 TGT = ["A dog runs.", "Two cats sleep in the house.", "Nothing.", "A man rides a bike.", "A dog runs."] * 7

@@ -6,8 +6,9 @@ import pytest
 import sentencepiece as spm
 import torch
 
-from transformer.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_tokenizer
+from transformer.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from transformer.training.corpus import read_lines
+from transformer.training.tokenizer_job import train_tokenizer
 
 ACCENTED = [
     "Ein Mädchen läuft über die Straße.",

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from transformer.core.topk import BLOCK, top_k
+from transformer.fast.topk import BLOCK, top_k
 
 
 def assert_same_as_torch(scores: torch.Tensor, k: int):

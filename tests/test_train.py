@@ -15,18 +15,14 @@ from test_runtime import cpu_with
 import train
 from transformer.core.batches import collate
 from transformer.core.checkpoint import load_checkpoint
-from transformer.core.config import ConfigError, ModelConfig, TrainConfig, load_config
+from transformer.core.config import ConfigError, ModelConfig, TrainConfig
 from transformer.core.loss import token_loss
 from transformer.core.model import Transformer
-from transformer.core.optim import (
-    cooldown_factor,
-    learning_rate,
-    load_optimizer_state,
-    make_optimizer,
-    set_lr,
-)
+from transformer.core.optim import cooldown_factor, learning_rate, make_optimizer, set_lr
+from transformer.runtime.configs import load_config
 from transformer.training import validation
 from transformer.training.corpus import read_lines
+from transformer.training.resume import load_optimizer_state
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "configs/tiny.yaml")
@@ -117,7 +113,7 @@ def test_moving_average_is_saved_for_inference_and_resumes_exactly(tmp_path):
     name = "encoder.layers.0.ffn.linear1.weight"
     assert not torch.equal(a["model"][name], a["train_model"][name])  # the average is not the last step
     # what a user translates with is the average
-    from transformer.core.checkpoint import load_for_inference
+    from transformer.runtime.checkpoints import load_for_inference
 
     model, _, _ = load_for_inference(straight / "last.pt")
     assert torch.equal(model.state_dict()[name], a["model"][name])

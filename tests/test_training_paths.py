@@ -17,10 +17,11 @@ from conftest import DATA_DIR, ROOT, needs_data
 
 import train
 from transformer.core.batches import collate
-from transformer.core.checkpoint import load_checkpoint, load_for_inference
+from transformer.core.checkpoint import load_checkpoint
 from transformer.core.config import ModelConfig, TrainConfig
 from transformer.core.loss import token_loss
 from transformer.core.model import Transformer
+from transformer.runtime.checkpoints import load_for_inference
 from transformer.training.averaging import average_checkpoints, step_checkpoints
 from transformer.training.averaging import main as average_main
 from transformer.training.ranks import Runtime

@@ -14,9 +14,9 @@ from conftest import DATA_DIR
 
 import transformer.inference.translator as translator_module
 import translate
-from transformer.core.checkpoint import load_for_inference
 from transformer.core.decoding import beam_search, greedy_decode
 from transformer.inference.translator import encode_lines
+from transformer.runtime.checkpoints import load_for_inference
 from transformer.training.corpus import read_lines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -476,7 +476,7 @@ def test_scores_of_a_translation_cut_at_the_position_table_limit(tiny_checkpoint
     """A source at the truncation limit whose translation never ends fills every position of the model:
     its score is of exactly the tokens the search produced (it used to need max_positions + 1 positions,
     and PositionalEncoding raised, losing the whole file's output)."""
-    from transformer.core.decoding import beam_search_nbest
+    from transformer.inference.nbest import beam_search_nbest
 
     translator = api(tiny_checkpoint)
     model = translator.model

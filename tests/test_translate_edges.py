@@ -150,7 +150,7 @@ def test_the_quiet_block_restores_what_it_silenced():
     import logging
     import warnings
 
-    from transformer.training.quiet import quiet_libraries
+    from transformer.runtime.quiet import quiet_libraries
 
     logging.getLogger("torchao").setLevel(logging.INFO)
     with quiet_libraries():

@@ -12,8 +12,9 @@ from test_decoding import BOS, EOS, random_model, random_sources
 from test_runtime import cpu_with
 
 from transformer.core.config import EvalConfig
-from transformer.core.decoding import beam_search, beam_search_nbest, length_normaliser, max_lengths
+from transformer.core.decoding import beam_search, length_normaliser, max_lengths
 from transformer.inference.alignment import count_words, pharaoh, word_alignment, word_index
+from transformer.inference.nbest import beam_search_nbest
 from transformer.inference.translator import Translator
 
 SENTENCES = [

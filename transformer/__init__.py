@@ -3,11 +3,16 @@
 The package in tiers, each importing only the ones before it (``transformer/core/__init__.py`` gives the
 core's reading order):
 
-    core/        the minimal framework: attention, layers, model, loss, optimizer, tokenizer, batches,
+    core/        the paper in plain PyTorch: attention, layers, model, loss, optimizer, tokenizer, batches,
                  config, checkpoints, greedy and beam search
+    fast/        the speed beside it: faster twins of core modules and search kernels, the same numbers
+    runtime/     what the tiers above share: configs and checkpoints, devices and precisions, the
+                 batched search, lines, metrics, attention maps, languages
+    interop/     other people's formats: Marian / transformers, CTranslate2 (needs the ``hf`` extra),
+                 behind one door (``formats.py``) that reads any model
     training/    a run: data sources, token store, cleaning, run folder, validation, reporting, averaging
-    inference/   the Translator API: precisions and int8, sampling, prefixes, alignments, inspection
-    interop/     other people's formats: Marian / transformers, CTranslate2 (needs the ``hf`` extra)
+    inference/   the Translator API: precisions and int8, sampling, prefixes, n-best, alignments
+    serving/     the HTTP service
 
 The names users import live here, so that a file moving inside the package breaks no one's code:
 
@@ -28,11 +33,11 @@ EXPORTS = {
     "FeedForward": "core.layers", "EncoderLayer": "core.layers", "DecoderLayer": "core.layers",
     "Encoder": "core.model", "Decoder": "core.model", "Transformer": "core.model",
     "build_model": "core.model",
-    "Tokenizer": "core.tokenizer", "train_tokenizer": "core.tokenizer",
+    "Tokenizer": "core.tokenizer", "train_tokenizer": "training.tokenizer_job",
     "Batch": "core.batches", "make_batches": "core.batches",
-    "Config": "core.config", "ConfigError": "core.config", "load_config": "core.config",
+    "Config": "runtime.configs", "ConfigError": "core.config", "load_config": "runtime.configs",
     "CheckpointError": "core.checkpoint", "load_checkpoint": "core.checkpoint",
-    "load_for_inference": "core.checkpoint",
+    "load_for_inference": "runtime.checkpoints",
     "greedy_decode": "core.decoding", "beam_search": "core.decoding",
     "Translator": "inference.translator", "Sampling": "inference.sampling",
     "from_marian": "interop.marian", "to_marian": "interop.marian", "export": "interop.marian",

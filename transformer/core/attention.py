@@ -17,7 +17,32 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer.core.dropout import dropout as dropout_fn
+
+def attention_weights(
+    query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """softmax(Q Kᵀ / √d_k) of Eq. 1: (..., Tq, Dk), (..., Tk, Dk) -> weights (..., Tq, Tk).
+
+    ``mask``: broadcastable to (..., Tq, Tk); bool, True = attend, or float, added to the scores (-inf =
+    blocked).
+    """
+    scale = 1.0 / math.sqrt(query.size(-1))
+    scores = torch.matmul(query, key.transpose(-2, -1)) * scale  # (..., Tq, Tk)
+    if mask is not None and mask.dtype != torch.bool:  # additive: its -inf entries become the bool mask
+        blocked = torch.isneginf(mask)  # (..., Tq, Tk)
+        scores = scores + mask.masked_fill(blocked, 0.0)  # (..., Tq, Tk), the finite part added
+        mask = ~blocked
+    if mask is None:
+        return torch.softmax(scores, dim=-1)  # (..., Tq, Tk)
+    # The most negative finite number rather than -inf: a masked key gets exactly zero weight, and a
+    # fully masked row softmaxes to a uniform row instead of 0/0 = NaN (also in fp16/bf16)...
+    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1)  # (..., Tq, Tk)
+    # ...which is then zeroed. On the CPU, where asking costs no device sync, only when there is one.
+    fully_masked = ~mask.any(dim=-1, keepdim=True)  # (..., Tq | 1, 1)
+    if weights.device.type != "cpu" or bool(fully_masked.any()):
+        weights = weights.masked_fill(fully_masked, 0.0)
+    return weights
 
 
 def scaled_dot_product_attention(
@@ -29,62 +54,13 @@ def scaled_dot_product_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 1 on (..., Tq, Dk), (..., Tk, Dk), (..., Tk, Dv) -> (output (..., Tq, Dv), weights (..., Tq, Tk)).
 
-    ``mask``: broadcastable to (..., Tq, Tk); bool, True = attend, or float, added to the scores (-inf =
-    blocked). ``dropout`` drops attention weights (training only; the caller passes 0.0 in eval mode).
+    ``mask``: see ``attention_weights``. ``dropout`` drops attention weights (training only; the caller
+    passes 0.0 in eval mode).
     """
-    scale = 1.0 / math.sqrt(query.size(-1))
-    scores = torch.matmul(query, key.transpose(-2, -1)) * scale  # (..., Tq, Tk)
-    if mask is not None and mask.dtype != torch.bool:  # additive: its -inf entries become the bool mask
-        blocked = torch.isneginf(mask)  # (..., Tq, Tk)
-        scores = scores + mask.masked_fill(blocked, 0.0)  # (..., Tq, Tk), the finite part added
-        mask = ~blocked
-    if mask is None:
-        weights = torch.softmax(scores, dim=-1)  # (..., Tq, Tk)
-    else:
-        # The most negative finite number rather than -inf: a masked key gets exactly zero weight, and a
-        # fully masked row softmaxes to a uniform row instead of 0/0 = NaN (also in fp16/bf16)...
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        weights = torch.softmax(scores, dim=-1)  # (..., Tq, Tk)
-        # ...which is then zeroed. On the CPU, where asking costs no device sync, only when there is one.
-        fully_masked = ~mask.any(dim=-1, keepdim=True)  # (..., Tq | 1, 1)
-        if weights.device.type != "cpu" or bool(fully_masked.any()):
-            weights = weights.masked_fill(fully_masked, 0.0)
+    weights = attention_weights(query, key, mask)  # (..., Tq, Tk)
     if dropout > 0.0:
-        weights = dropout_fn(weights, dropout)
+        weights = F.dropout(weights, dropout)
     return torch.matmul(weights, value), weights  # (..., Tq, Dv), (..., Tq, Tk)
-
-
-def beams_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eq. 1 for beam search's cross-attention: the K beams of each of n sentences attend to that sentence's
-    one memory, without repeating its keys and values K times. query (n·K, H, 1, Dh), rows sentence-major;
-    key / value (n, H, S, Dh); mask (n, 1, 1, S). -> (output (n·K, H, 1, Dh), weights (n·K, H, 1, S)):
-    as ``scaled_dot_product_attention`` with key, value and mask repeated per beam."""
-    (n, H, S, Dh), K = key.shape, query.size(0) // key.size(0)
-    query = query.reshape(n, K, H, Dh).transpose(1, 2)  # (n, H, K, Dh): a sentence's beams as K queries
-    out, weights = scaled_dot_product_attention(query, key, value, mask)  # (n, H, K, Dh), (n, H, K, S)
-    return out.transpose(1, 2).reshape(n * K, H, 1, Dh), weights.transpose(1, 2).reshape(n * K, H, 1, S)
-
-
-def append_step(past: torch.Tensor, new: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-    """The self-attention cache one step longer: past (B', H, T, Dh), new (B, H, 1, Dh) -> (B, H, T + 1, Dh).
-
-    ``rows`` (B,) long: row b continues past's row ``rows[b]`` (a search that reordered its hypotheses or
-    dropped finished sentences); the selected rows are written straight into the longer tensor, one copy
-    where ``index_select`` + ``cat`` would make two. None: past's rows as they are (B' = B).
-    """
-    if rows is not None and rows.numel() != new.size(0):
-        raise ValueError(f"{rows.numel()} cache rows selected for a step of {new.size(0)} rows")
-    if rows is None:
-        return torch.cat([past, new], dim=2)  # (B, H, T + 1, Dh)
-    if torch.is_grad_enabled() and (past.requires_grad or new.requires_grad):  # out= has no backward
-        return torch.cat([past.index_select(0, rows), new], dim=2)  # (B, H, T + 1, Dh)
-    B, H, T, Dh = new.size(0), past.size(1), past.size(2), past.size(3)
-    longer = new.new_empty(B, H, T + 1, Dh)
-    torch.index_select(past, 0, rows, out=longer[:, :, :T])  # (B, H, T, Dh) the rows, reordered
-    longer[:, :, T:] = new
-    return longer
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -107,8 +83,7 @@ class MultiHeadAttention(nn.Module):
     When ``query is key is value`` the projection is one matmul; the math is the same either way.
 
     Incremental decoding: pass a dict as ``cache``. A self-attention module (``self_attention=True``)
-    appends this step's keys/values to ``cache["k"]``, ``cache["v"]``, after taking (and removing) the
-    rows ``cache["rows"]`` of the past ones when a search left it there; a cross-attention module computes
+    appends this step's keys/values to ``cache["k"]``, ``cache["v"]``; a cross-attention module computes
     the memory's keys/values on the first call and reuses them afterwards.
     """
 
@@ -124,10 +99,20 @@ class MultiHeadAttention(nn.Module):
         nn.init.zeros_(self.qkv_proj.bias)
         nn.init.zeros_(self.out_proj.bias)
 
-    def project(self, x: torch.Tensor, part: slice) -> torch.Tensor:
+    def input_projection(self, x: torch.Tensor, part: slice) -> torch.Tensor:
         """x (B, T, D) -> (B, T, rows in ``part``): the rows ``part`` of the packed projection (Q: 0 to D,
-        K: D to 2D, V: 2D to 3D). A quantized copy replaces it (``quantize.py``)."""
+        K: D to 2D, V: 2D to 3D)."""
         return F.linear(x, self.qkv_proj.weight[part], self.qkv_proj.bias[part])
+
+    def extend_cache(
+        self, cache: dict, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The past tokens' keys / values (B, H, T, Dh) in ``cache``, then this step's (B, H, 1, Dh)."""
+        return torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)  # (B, H, T + 1, Dh) each
+
+    def attend(self, q, k, v, mask) -> tuple[torch.Tensor, torch.Tensor]:
+        """Eq. 1 on every head at once, with dropout on the weights in training."""
+        return scaled_dot_product_attention(q, k, v, mask, self.dropout if self.training else 0.0)
 
     def forward(
         self,
@@ -146,25 +131,18 @@ class MultiHeadAttention(nn.Module):
             q, k, v = self.qkv_proj(query).chunk(3, dim=-1)  # 3 × (B, Tq, D)
             q, k, v = (split_heads(x, H) for x in (q, k, v))  # 3 × (B, H, Tq, Dh)
         else:
-            q = split_heads(self.project(query, slice(0, D)), H)  # (B, H, Tq, Dh)
+            q = split_heads(self.input_projection(query, slice(0, D)), H)  # (B, H, Tq, Dh)
             if cache is not None and not self.self_attention and "k" in cache:
                 k, v = cache["k"], cache["v"]  # the memory's keys/values, computed on the first step
             elif key is value:
-                k, v = self.project(key, slice(D, 3 * D)).chunk(2, dim=-1)  # 2 × (B, Tk, D)
+                k, v = self.input_projection(key, slice(D, 3 * D)).chunk(2, dim=-1)  # 2 × (B, Tk, D)
                 k, v = split_heads(k, H), split_heads(v, H)  # 2 × (B, H, Tk, Dh)
             else:
-                k = split_heads(self.project(key, slice(D, 2 * D)), H)  # (B, H, Tk, Dh)
-                v = split_heads(self.project(value, slice(2 * D, 3 * D)), H)  # (B, H, Tk, Dh)
+                k = split_heads(self.input_projection(key, slice(D, 2 * D)), H)  # (B, H, Tk, Dh)
+                v = split_heads(self.input_projection(value, slice(2 * D, 3 * D)), H)  # (B, H, Tk, Dh)
         if cache is not None:
             if self.self_attention and "k" in cache:  # the past target tokens, then this step's
-                rows = cache.pop("rows", None)  # left by a search that reordered or dropped rows
-                k = append_step(cache["k"], k, rows)  # (B, H, Tk, Dh)
-                v = append_step(cache["v"], v, rows)  # (B, H, Tk, Dh)
+                k, v = self.extend_cache(cache, k, v)  # 2 × (B, H, Tk, Dh)
             cache["k"], cache["v"] = k, v
-        if k.size(0) != q.size(0):  # beam search: a sentence's memory serves its K beams (decoding.py)
-            assert not self.training, "beams share a memory only in decoding"
-            out, weights = beams_attention(q, k, v, mask)  # (B, H, 1, Dh)
-        else:
-            dropout = self.dropout if self.training else 0.0
-            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout)  # (B, H, Tq, Dh)
+        out, weights = self.attend(q, k, v, mask)  # (B, H, Tq, Dh), (B, H, Tq, Tk)
         return self.out_proj(merge_heads(out)), weights  # (B, Tq, D), (B, H, Tq, Tk)

@@ -15,7 +15,6 @@ How one target sentence becomes the decoder's input and labels (`collate`), here
     src                x1   x2   x3   x4   EOS  PAD   (EOS marks the end; no BOS on the source side)
 """
 
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -43,10 +42,6 @@ class Batch:
         src, tgt_in, tgt_out = (
             t.to(device, non_blocking=non_blocking) for t in (self.src, self.tgt_in, self.tgt_out)
         )
-        return Batch(src, tgt_in, tgt_out, self.indices, self.n_src_tokens, self.n_tgt_tokens)
-
-    def pin_memory(self) -> "Batch":
-        src, tgt_in, tgt_out = (t.pin_memory() for t in (self.src, self.tgt_in, self.tgt_out))
         return Batch(src, tgt_in, tgt_out, self.indices, self.n_src_tokens, self.n_tgt_tokens)
 
 
@@ -80,16 +75,14 @@ def make_batches(
     shuffle: bool,
     seed: int = 0,
     epoch: int = 0,
-    rank: int = 0,
-    world_size: int = 1,
     indices: Sequence[int] | None = None,
     chunk_batches: int = 1000,
 ) -> list[np.ndarray]:
     """Group sentence pairs of similar length into batches of at most `max_tokens` padded tokens.
 
     `src_lengths` / `tgt_lengths` are token counts without BOS / EOS; `indices` (default: all)
-    selects the pairs to batch, e.g. the output of `clean_pairs`. Returns this rank's batches,
-    each an array of indices. A batch costs B * (S + T) tokens including padding and the added
+    selects the pairs to batch, e.g. the output of `clean_pairs`. Returns the batches, each an array
+    of indices. A batch costs B * (S + T) tokens including padding and the added
     EOS / BOS, as `collate` will build it; only a single pair longer than the budget exceeds it,
     as a batch of one.
 
@@ -102,13 +95,7 @@ def make_batches(
     the input order with `restore_order`. Pairs sort by source length, then target length: to
     translate text without references, pass zeros as `tgt_lengths`.
     The paper's batches of ~25000 source + ~25000 target tokens are about max_tokens=50000 here.
-
-    Sharding: every rank must call with the same arguments but `rank`. Rank r takes batches
-    r, r + world_size, ...; so that all ranks take the same number of steps, the list is first
-    padded by repeating batches from its start, which then appear twice in the epoch.
     """
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be positive, got {max_tokens}")
     s, t = np.asarray(src_lengths, dtype=np.int32), np.asarray(tgt_lengths, dtype=np.int32)  # (N,) each
@@ -118,7 +105,7 @@ def make_batches(
         return pairs[np.lexsort((t[pairs], s[pairs]))]  # stable: by source length, then target length
 
     if shuffle:
-        # one random stream per (seed, epoch): the same on every rank, different every epoch
+        # one random stream per (seed, epoch): the same in every process, different every epoch
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         order = order[torch.randperm(len(order), generator=generator).numpy()]
         batches = []
@@ -127,7 +114,7 @@ def make_batches(
         batches = [batches[j] for j in torch.randperm(len(batches), generator=generator).tolist()]
     else:
         batches = cut_into_batches(by_length(order), s, t, max_tokens)
-    return _shard(batches, rank, world_size)
+    return batches
 
 
 def _chunks(order: np.ndarray, s: np.ndarray, t: np.ndarray, chunk_tokens: int) -> Iterator[np.ndarray]:
@@ -163,14 +150,6 @@ def cut_into_batches(
             start, S, T = k, 0, 0
         S, T = max(S, s), max(T, t)
     return np.split(order, starts) if len(order) else []
-
-
-def _shard(batches: list[np.ndarray], rank: int, world_size: int) -> list[np.ndarray]:
-    if not batches:
-        return []
-    n_per_rank = math.ceil(len(batches) / world_size)
-    padded = [batches[k % len(batches)] for k in range(n_per_rank * world_size)]
-    return padded[rank::world_size]
 
 
 def iter_batches(

@@ -1,8 +1,8 @@
-"""Configuration: frozen dataclasses, the ONLY place defaults live, loaded from YAML with strict keys.
+"""Configuration: frozen dataclasses of the model, training and decoding settings, the ONLY place their
+defaults live, built from mappings (a YAML file's section, a checkpoint's) with strict keys.
 
-A YAML file holds overrides only, by section (``model``, ``data``, ``train``, ``eval``); command-line
-overrides use dotted keys (``--set train.max_steps=200``). An unknown key or a value of the wrong type
-is a ``ConfigError`` that names the key (and lists the valid ones).
+A mapping holds overrides of the defaults only. An unknown key or a value of the wrong type is a
+``ConfigError`` that names the key (and lists the valid ones).
 """
 
 import dataclasses
@@ -10,21 +10,14 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import yaml
-
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"  # the project's configs, found by name
 
 
 class ConfigError(ValueError):
     """A configuration file or override is invalid; the message names the key."""
 
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # THE list: train.precision, translate.py --precision
-QUANTIZED_PRECISIONS = ("int8", "int8-bf16")  # decoding only: int8 linear layers on the CPU (quantize.py)
-DECODE_PRECISIONS = PRECISIONS + QUANTIZED_PRECISIONS  # translate.py --precision
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # THE list of train.precision's values
 
 
 @dataclass(frozen=True)
@@ -39,7 +32,7 @@ class ModelConfig:
     share_embeddings: bool = True  # tie source, target and output embeddings (joint vocab, §3.4)
     max_positions: int = 1024  # length of the sinusoidal table
     # -- Where released Marian (opus-mt) models differ from the paper. Our own models keep these defaults;
-    # -- interop/marian.py sets them when it imports a Marian model, so that ours computes the same function.
+    # -- a Marian model brought in sets them, so that ours computes the same function.
     activation: str = "relu"  # feed-forward non-linearity: relu (§3.3), gelu or swish (Marian)
     sinusoid_layout: str = "interleaved"  # sin/cos interleaved (§3.5) or "halves" (Marian, fairseq)
     scale_embeddings: bool = True  # multiply token embeddings by √d_model (§3.4)
@@ -67,58 +60,6 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class DataConfig:
-    dataset: str = "multi30k"  # "multi30k", "text" (local parallel files) or "hub"
-    src_lang: str = "de"  # source language code, as the corpus names it (files, hub columns)
-    tgt_lang: str = "en"  # target language code
-    data_dir: str | None = None  # local Multi30k mirror; else $MULTI30K_DIR; else download
-    hub_name: str | None = None  # dataset == "hub": e.g. "wmt14"
-    hub_config: str | None = None  # e.g. "de-en"
-    text_prefix: str | None = None  # "text": <prefix>.<split>.<lang>[.gz], split: train, dev/valid/val, test
-    train_prefix: str | None = None  # the training files <prefix>.<lang>[.gz], instead of text_prefix's
-    valid_prefix: str | None = None  # the validation files <prefix>.<lang>[.gz], instead of text_prefix's
-    test_prefix: str | None = None  # the test files <prefix>.<lang>[.gz], instead of text_prefix's
-    valid_size: int = 0  # a corpus with no validation split: carve this many pairs off the training split
-    test_size: int = 0  # a corpus with no test split: carve this many pairs off the training split
-    split_seed: int = 1  # which pairs valid_size and test_size carve off (the same for every run)
-    vocab_size: int = 8000  # joint SentencePiece vocabulary
-    tokenizer_type: str = "bpe"  # "bpe" or "unigram"
-    tokenizer: str | None = None  # a SentencePiece .model to use instead of training one (ids 0-3 as ours)
-    tokenizer_sample: int = 2_000_000  # sentences (sampled at random) SentencePiece learns from
-    character_coverage: float = 1.0  # SentencePiece: share of characters covered (e.g. 0.9995 for CJK)
-    cache_dir: str | None = None  # the cache; None: $TRANSFORMER_MT_CACHE or $XDG_CACHE_HOME/transformer-mt
-    workers: int = -1  # tokenizing processes; -1: one per CPU core (at most 8) for a corpus over 32 MB
-    max_tokens: int = 4000  # padded source + target tokens per batch
-    max_len: int = 128  # cleaning: drop training pairs with a side longer than this (in tokens)
-    max_ratio: float = 0.0  # cleaning: drop pairs whose longer side has more than this x the tokens; 0 = off
-    dedup: bool = False  # cleaning: drop exact duplicate pairs (the first one stays)
-    train_limit: int = 0  # > 0: keep only the first N training pairs (smoke tests)
-    eval_limit: int = 0  # > 0: keep only the first N validation / test pairs (smoke tests)
-    # several corpora in one run, each a mapping of the corpus keys above plus name, weight and tag
-    # (transformer/training/corpora.py; docs/training.md: Many corpora); empty: the one corpus above
-    corpora: list[dict] = field(default_factory=list)
-    sampling_temperature: float = 1.0  # corpora's shares of an epoch ∝ (weight × size)^(1/T)
-
-    def __post_init__(self):
-        if self.dataset not in ("multi30k", "text", "hub"):
-            raise ConfigError(f"data.dataset={self.dataset!r}: expected multi30k, text or hub")
-        if self.tokenizer_type not in ("bpe", "unigram"):
-            raise ConfigError(f"data.tokenizer_type={self.tokenizer_type!r}: expected bpe or unigram")
-        for name in ("vocab_size", "max_tokens", "max_len", "tokenizer_sample"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"data.{name}={getattr(self, name)} must be >= 1")
-        for name in ("valid_size", "test_size"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"data.{name}={getattr(self, name)} must be >= 0 (0 = carve nothing)")
-        if not 0.0 < self.character_coverage <= 1.0:
-            raise ConfigError(f"data.character_coverage={self.character_coverage} must be in (0, 1]")
-        if self.max_ratio < 0.0 or 0.0 < self.max_ratio < 1.0:
-            raise ConfigError(f"data.max_ratio={self.max_ratio} must be 0 (off) or >= 1")
-        if self.sampling_temperature <= 0.0:
-            raise ConfigError(f"data.sampling_temperature={self.sampling_temperature} must be > 0")
-
-
-@dataclass(frozen=True)
 class TrainConfig:
     seed: int = 1  # initial weights, dropout masks and batch order (the same seed, the same run)
     max_epochs: int = 0  # 0 = no limit
@@ -140,6 +81,7 @@ class TrainConfig:
     device: str = "auto"  # "auto" (cuda if present), "cpu", "cuda", "cuda:1", ...
     precision: str = "auto"  # "auto" (bf16 on cuda and on CPUs with AVX512-BF16 / AMX, else fp32), fp32, ...
     compile: bool = False  # torch.compile the model
+    fast: bool = True  # faster equivalents of the modules, loss and search steps; false: the plain model
     ema_decay: float = 0.0  # > 0: evaluate and save an exponential moving average of the weights; the cap
     # of its decay min(ema_decay, (1 + n) / (10 + n)) after n updates (ema.py: 0.998 is reached at n = 4490)
     nonfinite_loss: str = "stop"  # "stop" (keep the last good checkpoint) or "skip" the update
@@ -166,7 +108,7 @@ class TrainConfig:
             )
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"train.label_smoothing={self.label_smoothing} must be in [0, 1)")
-        _check_at_least(self, "train", log_every=1, sync_every=1, max_epochs=0, max_steps=0, max_minutes=0.0,
+        check_at_least(self, "train", log_every=1, sync_every=1, max_epochs=0, max_steps=0, max_minutes=0.0,
                         patience=0, keep_last=0, checkpoint_every=0)  # fmt: skip
 
 
@@ -197,50 +139,12 @@ class EvalConfig:
         for name in self.test_sets:
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or name in ("validation", "test"):
                 raise ConfigError(f"eval.test_sets: {name!r} is not a usable name (letters, digits, _ . -)")
-        _check_at_least(self, "eval", every_steps=0, max_tokens=1, beam_size=1, length_penalty=0.0,
+        check_at_least(self, "eval", every_steps=0, max_tokens=1, beam_size=1, length_penalty=0.0,
                         max_len_offset=1, n_alignment_sentences=0, n_sample_translations=0,
                         average_last=0)  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Config:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-
-    def __post_init__(self):
-        if source_token_limit(self.model, self.eval) < 1:
-            raise ConfigError(
-                f"model.max_positions={self.model.max_positions} leaves no room for a source with "
-                f"eval.max_len_offset={self.eval.max_len_offset}"
-            )
-        if self.data.max_len > self.model.max_positions:
-            raise ConfigError(
-                f"data.max_len={self.data.max_len} is more than model.max_positions="
-                f"{self.model.max_positions}: training sentences would not fit the position table"
-            )
-        if self.train.patience and not self.eval.every_steps:
-            raise ConfigError("train.patience counts evaluations: it needs eval.every_steps > 0")
-        if self.eval.average_last > self.train.keep_last:
-            raise ConfigError(
-                f"eval.average_last={self.eval.average_last} needs train.keep_last >= it "
-                f"(got {self.train.keep_last}): the averaged checkpoints are the kept ones"
-            )
-        if self.eval.average_weights == "ema" and not self.train.ema_decay:
-            raise ConfigError("eval.average_weights=ema needs a moving average: train.ema_decay > 0")
-
-    def to_dict(self) -> dict[str, dict[str, Any]]:
-        return dataclasses.asdict(self)
-
-
-def source_token_limit(model: ModelConfig, settings: EvalConfig) -> int:
-    """The most source tokens (without EOS) the model can translate: the source with its EOS and up to
-    ``eval.max_len_offset`` output tokens must fit the position table (``model.max_positions``)."""
-    return model.max_positions - settings.max_len_offset - 1
-
-
-def _check_at_least(section: Any, name: str, **minimums: float) -> None:
+def check_at_least(section: Any, name: str, **minimums: float) -> None:
     """ConfigError naming the first key of ``section`` below its minimum."""
     for key, minimum in minimums.items():
         if getattr(section, key) < minimum:
@@ -286,7 +190,7 @@ def coerce_value(value: Any, annotation: Any, key: str) -> Any:
     raise ConfigError(f"{key}: expected {annotation.__name__}, got {value!r}")
 
 
-def _build(cls: type, values: dict[str, Any], section: str) -> Any:
+def build_section(cls: type, values: dict[str, Any], section: str) -> Any:
     if not isinstance(values, dict):
         raise ConfigError(f"{section}: expected a mapping of keys, got {values!r}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -297,56 +201,3 @@ def _build(cls: type, values: dict[str, Any], section: str) -> Any:
             raise ConfigError(f"unknown key {section}.{name}; valid keys in {section}: {', '.join(fields)}")
         kwargs[name] = coerce_value(value, hints[name], f"{section}.{name}")
     return cls(**kwargs)
-
-
-def config_from_dict(values: dict[str, Any]) -> Config:
-    sections = {f.name: f.type for f in dataclasses.fields(Config)}
-    sections = {name: typing.get_type_hints(Config)[name] for name in sections}
-    for name in values:
-        if name not in sections:
-            raise ConfigError(f"unknown section {name!r}; valid sections: {', '.join(sections)}")
-    return Config(**{name: _build(cls, values.get(name) or {}, name) for name, cls in sections.items()})
-
-
-def parse_override(text: str) -> tuple[str, str, Any]:
-    """'train.max_steps=200' -> ('train', 'max_steps', 200)."""
-    if "=" not in text or "." not in text.split("=", 1)[0]:
-        raise ConfigError(f"override {text!r}: expected section.key=value")
-    dotted, raw = text.split("=", 1)
-    section, key = dotted.strip().split(".", 1)
-    return section, key, yaml.safe_load(raw) if raw.strip() else None
-
-
-def find_config(name: str | Path) -> Path:
-    """A config's file: ``name`` as a path (from the current folder), else configs/<name>.yaml of the
-    project ("tiny" is configs/tiny.yaml, from any folder)."""
-    path = Path(name)
-    if path.is_file():
-        return path
-    shipped = CONFIGS / (path.name if path.suffix == ".yaml" else f"{path.name}.yaml")
-    if path.parent == Path(".") and shipped.is_file():
-        return shipped
-    names = ", ".join(sorted(p.stem for p in CONFIGS.glob("*.yaml")))
-    raise ConfigError(f"cannot read config {name}: no such file, nor a config of the project's ({names})")
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
-    """YAML file (overrides of the defaults; a path or a name, see ``find_config``) + dotted overrides."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        path = find_config(path)
-        try:
-            values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except OSError as error:
-            raise ConfigError(f"cannot read config {path}: {error.strerror}") from None
-        except yaml.YAMLError as error:
-            raise ConfigError(f"config {path} is not valid YAML: {error}") from None
-        if not isinstance(values, dict):
-            raise ConfigError(f"config {path}: expected a mapping of sections at the top level")
-    for text in overrides:
-        section, key, value = parse_override(text)
-        values.setdefault(section, {})
-        if not isinstance(values[section], dict):
-            raise ConfigError(f"{section}: expected a mapping of keys")
-        values[section][key] = value
-    return config_from_dict(values)

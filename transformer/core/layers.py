@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer.core.attention import MultiHeadAttention
-from transformer.core.dropout import Dropout, relu_dropout
 
 # The feed-forward non-linearity by ``model.activation``: the paper's ReLU, or GELU / swish (= SiLU,
 # Marian's) for released models. GELU is the exact erf form, as transformers' "gelu".
@@ -28,16 +27,13 @@ class FeedForward(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.activation = ACTIVATIONS[activation]
         nn.init.xavier_uniform_(self.linear1.weight)
         nn.init.xavier_uniform_(self.linear2.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.activation is F.relu:  # the same numbers, one 1-byte mask kept for backward instead of two
-            hidden = relu_dropout(self.linear1(x), self.dropout.p, self.training)  # (B, T, F)
-        else:
-            hidden = self.dropout(self.activation(self.linear1(x)))  # (B, T, F)
+        hidden = self.dropout(self.activation(self.linear1(x)))  # (B, T, F)
         return self.linear2(hidden)  # (B, T, D)
 
 
@@ -59,7 +55,7 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(d_model, d_ff, dropout, activation)
         self.self_attn_norm = nn.LayerNorm(d_model)
         self.ffn_norm = nn.LayerNorm(d_model)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D), self-attention weights (B, H, S, S)."""
@@ -95,7 +91,7 @@ class DecoderLayer(nn.Module):
         self.self_attn_norm = nn.LayerNorm(d_model)
         self.cross_attn_norm = nn.LayerNorm(d_model)
         self.ffn_norm = nn.LayerNorm(d_model)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(
         self,

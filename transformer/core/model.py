@@ -1,8 +1,6 @@
 """The encoder-decoder Transformer (§3, Figure 1): ``encode`` the source once, ``decode`` the target.
 
-Shapes, everywhere in this package:
-    B batch   S source length   T target length   D d_model   H heads   Dh head size (D / H)
-    F d_ff    V vocabulary      K beam size
+The data flow (shapes as in the legend of ``core/__init__.py``):
 
     src (B, S) ──Encoder──▶ memory (B, S, D)
     tgt_in (B, T) = BOS + target ──Decoder(memory)──▶ logits (B, T, V), scored against tgt_out = target + EOS
@@ -18,7 +16,6 @@ import torch
 from torch import nn
 
 from transformer.core.config import ModelConfig
-from transformer.core.dropout import Dropout
 from transformer.core.embeddings import PositionalEncoding, TokenEmbedding
 from transformer.core.layers import DecoderLayer, EncoderLayer
 from transformer.core.masks import decoder_self_mask, padding_mask
@@ -45,7 +42,7 @@ def _build_stack(
     c = config
     stack.embedding = embedding
     stack.positions = PositionalEncoding(c.d_model, c.max_positions, c.sinusoid_layout)
-    stack.dropout = Dropout(c.dropout)
+    stack.dropout = nn.Dropout(c.dropout)
     stack.layers = nn.ModuleList(
         layer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation) for _ in range(n_layers)
     )

@@ -7,8 +7,6 @@ With ``train.cooldown`` > 0 (not in the paper) it is multiplied, over that last 
 (``max_steps`` or ``max_minutes``), by a factor that falls linearly from 1 to 0: the run ends annealed.
 """
 
-import math
-
 import torch
 
 from transformer.core.config import TrainConfig
@@ -49,31 +47,6 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.A
     )
 
 
-def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
-    """``optimizer.load_state_dict(state)``, keeping this optimizer's kernel: a checkpoint saved with another
-    one (an older version's non-fused Adam) would otherwise bring its own, and under fp16's grad scaler the
-    step would then refuse the scaler's arguments."""
-    own = optimizer.param_groups[0]
-    kernel = {"fused": own.get("fused"), "foreach": own.get("foreach")}
-    optimizer.load_state_dict({**state, "param_groups": [{**g, **kernel} for g in state["param_groups"]]})
-
-
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr
-
-
-def unscale_and_clip(model: torch.nn.Module, optimizer, scaler: torch.amp.GradScaler, max_norm: float):
-    """Undo the fp16 loss scale on the gradients, clip their global norm (0 = no clipping); the norm."""
-    scaler.unscale_(optimizer)
-    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm if max_norm > 0 else math.inf)
-
-
-def scaled_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, lr: float) -> bool:
-    """One update at ``lr``, gradients cleared. False when fp16 overflowed and the scaler skipped it."""
-    set_lr(optimizer, lr)
-    loss_scale = scaler.get_scale()
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    return not scaler.get_scale() < loss_scale

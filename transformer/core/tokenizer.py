@@ -1,9 +1,7 @@
 """SentencePiece subword tokenizer with fixed special ids (§5.1: a shared BPE vocabulary).
 
 The paper encodes WMT English-German with byte-pair encoding and a *shared* source-target
-vocabulary of about 37000 tokens. Whether the vocabulary is joint is the caller's choice:
-`train_tokenizer` learns from whatever sentences it is given, so pass both sides' sentences for a
-joint vocabulary.
+vocabulary of about 37000 tokens: a run learns one from both sides' sentences.
 
 The special ids are the same for every tokenizer this project trains, so the model, the batching
 code and the checkpoints may rely on them:
@@ -18,57 +16,11 @@ collapsed, leading and trailing whitespace removed), so `decode(encode(text)) ==
 text that is already in that form.
 """
 
-from collections.abc import Iterable
 from pathlib import Path
 
 import sentencepiece as spm
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-MODEL_TYPES = ("bpe", "unigram", "char", "word")
-
-
-def train_tokenizer(
-    sentences: Iterable[str],
-    model_prefix: str | Path,
-    vocab_size: int,
-    model_type: str = "bpe",
-    character_coverage: float = 1.0,
-    input_sentence_size: int = 2_000_000,
-    user_defined_symbols: tuple[str, ...] = (),
-) -> "Tokenizer":
-    """Train SentencePiece on `sentences`, write `<model_prefix>.model` / `.vocab`, and load it.
-
-    `input_sentence_size` caps how many sentences (sampled at random) the trainer keeps in memory.
-    `user_defined_symbols` become pieces of their own, each always one token (tags such as ``<2en>``).
-    """
-    if model_type not in MODEL_TYPES:
-        raise ValueError(f"unknown model_type {model_type!r}; valid: {', '.join(MODEL_TYPES)}")
-    if vocab_size <= EOS_ID + 1:
-        raise ValueError(f"vocab_size {vocab_size} leaves no room beside 4 special ids")
-    model_prefix = Path(model_prefix)
-    model_prefix.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences),
-            model_prefix=str(model_prefix),
-            vocab_size=vocab_size,
-            model_type=model_type,
-            character_coverage=character_coverage,
-            pad_id=PAD_ID,
-            unk_id=UNK_ID,
-            bos_id=BOS_ID,
-            eos_id=EOS_ID,
-            user_defined_symbols=list(user_defined_symbols),
-            input_sentence_size=input_sentence_size,
-            shuffle_input_sentence=True,
-            num_threads=2,
-            minloglevel=2,  # errors only: the trainer's progress log is thousands of lines
-        )
-    except RuntimeError as error:  # e.g. "Vocabulary size too high (9000). ... <= 5374."
-        raise ValueError(
-            f"SentencePiece training of {model_prefix} (vocab_size={vocab_size}) failed: {error}"
-        ) from error
-    return Tokenizer(model_prefix.with_name(model_prefix.name + ".model"))
 
 
 class Tokenizer:
@@ -126,7 +78,7 @@ class Tokenizer:
     @property
     def target_side(self) -> "Tokenizer":
         """The tokenizer of target sentences: this one, the vocabulary being joint (a released Marian model
-        has its own, see ``marian_text.MarianText``)."""
+        has its own)."""
         return self
 
     def encode(self, text: str) -> list[int]:

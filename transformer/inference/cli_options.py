@@ -3,8 +3,8 @@
 import argparse
 import sys
 
-from transformer.core.config import DECODE_PRECISIONS
-from transformer.training.usage import UsageParser
+from transformer.runtime.precision import DECODE_PRECISIONS
+from transformer.runtime.usage import UsageParser
 
 DESCRIPTION = """\
 Translate with a checkpoint written by train.py (or its run folder), or a released Marian model: one line
@@ -155,6 +155,11 @@ def add_output_arguments(parser) -> None:
         help="autocast: auto = bf16 on CUDA, fp32 on the CPU (a run validated in results.json's precision); "
         "int8: linear layers multiply in int8 on the CPU (torchao, the extra .[int8]), the rest fp32; "
         "int8-bf16: the same, the rest bf16 (default: auto)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--fast", action=argparse.BooleanOptionalAction, default=True,
+        help="decode with the fast tier's modules and search kernels (the same translations, faster on a "
+        "CPU); --no-fast: the plain core alone (default: fast)",
     )  # fmt: skip
 
 

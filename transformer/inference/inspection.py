@@ -12,7 +12,7 @@ import torch
 
 from transformer.inference.alignment import pharaoh
 from transformer.inference.translator import Translator
-from transformer.training.attention_maps import SentenceAttention
+from transformer.runtime.attention_maps import SentenceAttention
 
 
 def attention_arrays(key: str, attention: SentenceAttention) -> dict[str, np.ndarray]:
@@ -60,7 +60,7 @@ class Inspection:
 
     def draw(self, tag: str, attention: SentenceAttention, source: list[int], target: list[int]) -> None:
         """Cross-attention heatmaps (PNG and TensorBoard) and the top-source table of one line."""
-        from transformer.training.plotting import (
+        from transformer.runtime.plotting import (
             add_attention_figures,  # matplotlib loads when a figure is drawn
         )
 

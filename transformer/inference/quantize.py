@@ -33,10 +33,11 @@ import torch
 from torch import nn
 
 from transformer.core.attention import MultiHeadAttention
-from transformer.core.config import QUANTIZED_PRECISIONS
 from transformer.core.model import Transformer
-from transformer.training.precision import decoding_model, size_onednn_cache
-from transformer.training.quiet import quiet_libraries
+from transformer.fast.attention import FastMultiHeadAttention
+from transformer.fast.twins import twin
+from transformer.runtime.precision import QUANTIZED_PRECISIONS, decoding_model, size_onednn_cache
+from transformer.runtime.quiet import quiet_libraries
 
 QUANTIZED = QUANTIZED_PRECISIONS  # the decoding precisions that quantize (config.py holds the list)
 INT8, INT8_BF16 = QUANTIZED  # int8 products, the rest fp32 | int8 products, the rest bf16
@@ -130,18 +131,23 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 -> {self.out_dtype}"
 
 
-def _int8_projection(qkv_proj: Int8Linear):
-    """``MultiHeadAttention.project`` for an int8 packed projection: each part asked for (cross-attention
-    asks for Q, then K and V) as an ``Int8Linear`` of those rows, made once."""
-    parts: dict[tuple, Int8Linear] = {}
+class Int8Rows:
+    """``MultiHeadAttention.input_projection`` for an int8 packed projection: each part asked for
+    (cross-attention asks for Q, then K and V) as an ``Int8Linear`` of those rows, made once."""
 
-    def project(x: torch.Tensor, part: slice) -> torch.Tensor:  # (B, T, D) -> (B, T, rows in part)
-        key = (part.start, part.stop)
-        if key not in parts:
-            parts[key] = qkv_proj.rows(part)
-        return parts[key](x)
+    def input_projection(self, x: torch.Tensor, part: slice) -> torch.Tensor:  # (B, T, D) -> (B, T, rows)
+        parts = self.__dict__.setdefault("int8_parts", {})
+        if (part.start, part.stop) not in parts:
+            parts[part.start, part.stop] = self.qkv_proj.rows(part)
+        return parts[part.start, part.stop](x)
 
-    return project
+
+class Int8Attention(Int8Rows, MultiHeadAttention):
+    """The plain attention on an int8 projection."""
+
+
+class Int8FastAttention(Int8Rows, FastMultiHeadAttention):
+    """The fast tier's attention on an int8 projection."""
 
 
 def quantized_model(model: Transformer, precision: str) -> Transformer:
@@ -162,15 +168,18 @@ def quantized_model(model: Transformer, precision: str) -> Transformer:
             if isinstance(child, nn.Linear):
                 out_dtype = torch.float32 if child is quantized.output_proj else dtype  # fp32 logits
                 setattr(parent, name, Int8Linear.quantize(child.weight, child.bias, out_dtype, precision))
-    for attention in [m for m in quantized.modules() if isinstance(m, MultiHeadAttention)]:
-        attention.project = _int8_projection(attention.qkv_proj)  # an instance attribute, as packed.py's
+    for parent in list(quantized.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, MultiHeadAttention):
+                fast = isinstance(child, FastMultiHeadAttention)
+                setattr(parent, name, twin(child, Int8FastAttention if fast else Int8Attention))
     return quantized.to(dtype)  # embeddings, LayerNorm; an Int8Linear keeps its own tensors
 
 
 def quantized_decoding_model(
     model: Transformer, precision: str, device: torch.device
 ) -> tuple[Transformer, torch.dtype | None]:
-    """``training.precision.decoding_model``, with the int8 precisions besides: on the CPU, a copy of the
+    """``runtime.precision.decoding_model``, with the int8 precisions besides: on the CPU, a copy of the
     model with int8 linear layers, decoded without autocast (``model`` is left as it is). oneDNN's kernel
     cache is sized first: int8 layers make oneDNN primitives as they are built."""
     if precision not in QUANTIZED:

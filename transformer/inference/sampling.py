@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from transformer.core.topk import best_index
+from transformer.fast.topk import best_index
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Text lines in and out for ``translate.py``: files, stdin (whole or a line at a time) and arguments, all
-with the project's one line policy (``corpus.split_lines``: split on "\\n" only, invalid UTF-8 replaced with
+with the project's one line policy (``runtime/lines.py``: split on "\\n" only, invalid UTF-8 replaced with
 a warning naming the line), and output streams written and flushed line by line, in UTF-8.
 """
 
@@ -10,7 +10,7 @@ import zlib
 from pathlib import Path
 
 from transformer.inference.translator import warn
-from transformer.training.corpus import split_lines
+from transformer.runtime.lines import split_lines
 
 
 class InputError(RuntimeError):

@@ -12,12 +12,13 @@
     t.translate(["A dog runs."], target_lang="fr")               # a multilingual model: its target
 
 A ``Translator`` is made of (model, tokenizer, evaluation settings, device, precision); ``from_checkpoint``
-reads any model ``translate.py`` takes (``training/model_formats.py``). Every method works on text; the
+reads any model ``translate.py`` takes (``interop/formats.py``). Every method works on text; the
 ``*_ids`` methods under them work on token ids. It is the user-facing decoding API: ``translate.py``, the
 benches and the Python API decode through ``search`` / ``search_nbest``, score through
 ``sequence_log_probs`` and look at attention through ``attention_ids``. Its searches are the core's
-(``core/decoding.py``, batched by ``core/batched_search.py``, as validation and the final test decode),
-with what only inference needs on top: precisions and int8, prefixes, sampling, n-best lists.
+(``core/decoding.py``, batched by ``runtime/search.py``, as validation and the final test decode; with the
+fast tier's modules and kernels unless ``fast=False``), with what only inference needs on top: precisions
+and int8, prefixes (``prefix.py``), sampling, n-best lists.
 
 The line contract of ``translate.py`` holds here too:
   - a blank source is not run through the model: its translation is "" with log-prob 0.0, its score 0.0
@@ -38,27 +39,25 @@ from typing import NamedTuple
 import torch
 from tqdm import tqdm
 
-from transformer.core.batched_search import decode_in_batches
 from transformer.core.batches import iter_batches, make_batches, restore_order
 from transformer.core.checkpoint import CheckpointError
-from transformer.core.config import EvalConfig, source_token_limit
-from transformer.core.decoding import (
-    beam_search,
-    beam_search_nbest,
-    ended_with_eos,
-    greedy_decode,
-    length_normaliser,
-)
+from transformer.core.config import EvalConfig
+from transformer.core.decoding import beam_search, greedy_decode, length_normaliser
 from transformer.core.model import Transformer
 from transformer.core.tokenizer import Tokenizer
+from transformer.fast.search import FAST
 from transformer.inference.alignment import word_alignment
+from transformer.inference.nbest import beam_search_nbest
+from transformer.inference.prefix import Prefix
 from transformer.inference.quantize import quantized_decoding_model
 from transformer.inference.sampling import Sampling, sample_tokens
-from transformer.training.attention_maps import SentenceAttention, pair_attention
-from transformer.training.corpora import target_languages, trained_target
-from transformer.training.metrics import bleu_chrf
-from transformer.training.model_formats import is_released, load_model
-from transformer.training.precision import autocast, resolve_device, slow_precision
+from transformer.interop.formats import is_released, load_model
+from transformer.runtime.attention_maps import SentenceAttention, pair_attention
+from transformer.runtime.configs import source_token_limit
+from transformer.runtime.corpora import target_languages, trained_target
+from transformer.runtime.metrics import bleu_chrf
+from transformer.runtime.precision import autocast, resolve_device, slow_precision
+from transformer.runtime.search import decode_in_batches, ended_with_eos, kernels_for
 
 
 def warn(message: str) -> None:
@@ -88,15 +87,6 @@ def encode_lines(
             ids = ids[:limit]
         encoded[i] = ids or None  # e.g. only control characters: nothing to translate
     return encoded
-
-
-def prefix_tensor(prefixes: list[list[int]] | None, rows: list[int], device) -> torch.Tensor | None:
-    """The prefixes of a batch's sentences -> (B, P) long, -1 after each prefix; None if all are empty."""
-    if prefixes is None or not any(prefixes[i] for i in rows):
-        return None
-    P = max(len(prefixes[i]) for i in rows)
-    table = [prefixes[i] + [-1] * (P - len(prefixes[i])) for i in rows]
-    return torch.tensor(table, dtype=torch.long, device=device)  # (B, P)
 
 
 def summed_log_probs(log_probs: torch.Tensor, tokens: list[list[int]]) -> list[float]:
@@ -134,6 +124,7 @@ class Translator:
         languages: dict[str, int] | None = None,
         target_lang: str | None = None,
         trained_target: str | None = None,
+        fast: bool = True,
     ):
         """``settings``: beam size, length penalty, batch size (max_tokens) and max_len_offset.
         ``languages``: a multilingual model's target languages, {code: the id of its token} (``<2fr>``, or a
@@ -142,10 +133,13 @@ class Translator:
         a bilingual model's target language, if known (another ``target_lang`` is then refused).
         ``precision``: "auto" (bf16 on CUDA, fp32 on the CPU), "fp32", "bf16", "fp16" (the precision a run
         validated in is ``results.json``'s ``precision``); or on the CPU "int8" / "int8-bf16": a copy of the
-        model with int8 linear layers (``quantize.py``). ``decoding_model`` says how each is run."""
+        model with int8 linear layers (``quantize.py``). ``decoding_model`` says how each is run.
+        ``fast``: decode with the fast tier's modules (``model``'s own are replaced, in place) and kernels;
+        False: the plain core's."""
         self.device = torch.device(device)
         if (slow := slow_precision(precision, self.device)) is not None:
             warn(f"--precision {precision}: {slow}")
+        model, self.kernels = kernels_for(model, fast)
         model, self.dtype = quantized_decoding_model(model, precision, self.device)  # dtype: of autocast
         self.model, self.tokenizer, self.settings = model.to(self.device).eval(), tokenizer, settings
         self.warn = warn
@@ -165,7 +159,7 @@ class Translator:
     @classmethod
     def from_checkpoint(
         cls, path: str | Path, device: str | torch.device = "cpu", precision: str = "auto",
-        target_lang: str | None = None, **settings,
+        target_lang: str | None = None, fast: bool = True, **settings,
     ) -> "Translator":  # fmt: skip
         """A checkpoint written by ``train.py``, or a released model: a Hugging Face Marian folder or
         ``hf:NAME`` (see ``released.py``). ``device``: "cpu", "cuda", "auto", ...; ``settings``: overrides of
@@ -175,9 +169,8 @@ class Translator:
         model, tokenizer, config = load_model(path, device)
         try:
             settings = dataclasses.replace(config.eval, **settings)
-            translator = cls(
-                model, tokenizer, settings, device, precision, **model_languages(config, tokenizer, path)
-            )
+            languages = model_languages(config, tokenizer, path)
+            translator = cls(model, tokenizer, settings, device, precision, fast=fast, **languages)
         except ValueError as error:  # the checkpoint's own settings cannot work
             raise CheckpointError(f"checkpoint {path}: {error}") from None
         translator.target_lang = translator.language_of(target_lang)  # one it cannot: a ValueError
@@ -282,7 +275,8 @@ class Translator:
     def ended(self, src: list[int], hyp: list[int], prefix: list[int] | None = None) -> bool:
         """Whether a translation of ``src`` (made to start with ``prefix``) ended with EOS, not cut at the
         length limit."""
-        return ended_with_eos(self.model, src, hyp, self.settings.max_len_offset, len(prefix or []))
+        steering = Prefix.of([prefix], [0], "cpu", self.model.config.max_positions)
+        return ended_with_eos(self.model, src, hyp, self.settings.max_len_offset, steering)
 
     def score_ids(
         self, sources: list[list[int] | None], targets: list[list[int]], with_eos: list[bool] | None = None
@@ -322,18 +316,17 @@ class Translator:
         if sampling is not None and s.beam_size > 1:
             raise ValueError(f"sampling draws one token at a time: it needs beam 1, not {s.beam_size}")
         generator = None if sampling is None else sampling.generator(self.device)
-        pick = None
+        choose = None
         if sampling is not None:  # never UNK unless asked (a Translator without a tokenizer has none)
             unk = getattr(self.tokenizer, "unk_id", None)
-            pick = lambda logits: sample_tokens(logits, sampling, generator, unk)
+            choose = lambda logits: sample_tokens(logits, sampling, generator, unk)  # noqa: E731
+        model, offset, kernels = self.model, s.max_len_offset, self.kernels
 
         def decode(src: torch.Tensor, rows: list[int]) -> list[list[int]]:
-            prefix = prefix_tensor(prefixes, rows, self.device)
+            steering = Prefix.of(prefixes, rows, self.device, model.config.max_positions)
             if s.beam_size > 1:
-                return beam_search(
-                    self.model, src, s.beam_size, s.length_penalty, s.max_len_offset, prefix=prefix
-                )
-            return greedy_decode(self.model, src, s.max_len_offset, use_cache, prefix, pick)
+                return beam_search(model, src, s.beam_size, s.length_penalty, offset, None, steering, kernels)
+            return greedy_decode(model, src, offset, use_cache, steering, choose, kernels)
 
         return self._in_batches(src_ids, s, decode, progress)
 
@@ -343,20 +336,20 @@ class Translator:
         prefixes: list[list[int]] | None = None,
     ) -> list[list[tuple[list[int], float]]]:  # fmt: skip
         """Beam search (``settings.beam_size``, even 1): per source its ``nbest`` best hypotheses as (ids,
-        log-prob), best first (see ``decoding.beam_search_nbest``)."""
-        s = settings
+        log-prob), best first (see ``nbest.beam_search_nbest``)."""
+        s, model, kernels = settings, self.model, self.kernels
 
         def decode(src: torch.Tensor, rows: list[int]) -> list[list[tuple[list[int], float]]]:
-            prefix = prefix_tensor(prefixes, rows, self.device)
+            steering = Prefix.of(prefixes, rows, self.device, model.config.max_positions)
             return beam_search_nbest(
-                self.model, src, s.beam_size, s.length_penalty, s.max_len_offset, nbest, prefix
+                model, src, s.beam_size, s.length_penalty, s.max_len_offset, nbest, steering, kernels
             )
 
         return self._in_batches(src_ids, s, decode)
 
     def _in_batches(self, src_ids, settings: EvalConfig, decode, progress: str | None = None) -> list:
         """``decode`` (src (B, S), the batch's input rows -> B results) under this translator's autocast, over
-        ``core.batched_search.decode_in_batches``' length-sorted batches; results in input order."""
+        ``runtime.search.decode_in_batches``' length-sorted batches; results in input order."""
         self.model.eval()
         self._check_thread()
         bar = tqdm(total=len(src_ids), desc=progress, unit="sent", leave=False, disable=progress is None)
@@ -365,8 +358,8 @@ class Translator:
             with self.autocast():
                 return decode(src, rows)
 
-        # beam search without autocast: prepacked weights (core/prepacked.py says why not greedy)
-        pack = self.dtype is None and settings.beam_size > 1
+        # beam search without autocast: prepacked weights (fast/prepacked.py says why not greedy)
+        pack = self.kernels is FAST and self.dtype is None and settings.beam_size > 1
         outputs = decode_in_batches(self.model, src_ids, settings.max_tokens, in_precision, bar.update, pack)
         bar.close()
         return outputs

@@ -1,5 +1,7 @@
 """Other people's models and formats, out of the reading path of the model itself:
 
+- ``formats.py``: the door the other tiers use, which imports the rest only when a released model is met;
+
 - ``marian.py``: Hugging Face Marian (opus-mt) models in (``from_marian``) and ours out (``to_marian``,
   ``export``: a transformers folder and a CTranslate2 model); pre-norm ones as Pegasus, Marian's pre-norm
   twin;

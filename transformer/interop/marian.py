@@ -53,14 +53,15 @@ from pathlib import Path
 
 import torch
 
-from transformer.core.checkpoint import CheckpointError, load_for_inference
+from transformer.core.checkpoint import CheckpointError
 from transformer.core.config import ModelConfig
 from transformer.core.embeddings import sinusoidal_positions
 from transformer.core.model import Transformer
 from transformer.core.tokenizer import Tokenizer
 from transformer.interop.marian_text import MarianText, read_either
-from transformer.training.corpora import directions
-from transformer.training.quiet import quiet_libraries
+from transformer.runtime.checkpoints import load_for_inference
+from transformer.runtime.corpora import directions
+from transformer.runtime.quiet import quiet_libraries
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}  # Marian's -> ours
 

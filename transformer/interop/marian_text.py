@@ -8,7 +8,7 @@ targets (training targets, references) with ``target.spm`` (``target_side``).
 The tokenizer travels as its files: ``files`` holds the bytes of a Marian folder's tokenizer files
 (``source.spm``, ``target.spm``, ``vocab.json``, ``tokenizer_config.json``) plus ``start.json`` (the decoder
 start id). ``to_bytes`` packs them into one zip with fixed timestamps (the same tokenizer gives the same
-bytes: the token store's key, a checkpoint's ``tokenizer`` tensor); ``training.model_formats.read_tokenizer``
+bytes: the token store's key, a checkpoint's ``tokenizer`` tensor); ``interop.formats.read_tokenizer``
 tells it from a SentencePiece model by the zip signature. ``save`` writes the Marian files into a folder
 for ``MarianTokenizer.from_pretrained`` (an export of a fine-tuned model).
 """
@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 
 from transformer.core.tokenizer import Tokenizer
-from transformer.training.quiet import quiet_libraries
+from transformer.runtime.quiet import quiet_libraries
 
 MARIAN_FILES = ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json")
 START_FILE = "start.json"
@@ -158,7 +158,7 @@ class MarianText:
 
 def read_either(data: bytes):
     """A checkpoint's tokenizer bytes -> a ``MarianText`` (a zip of Marian files) or our ``Tokenizer``: the
-    reader of ``training/model_formats.py``, for interop's own use (it imports no module of training)."""
+    reader of ``interop/formats.py``, for interop's own use (it imports no module above runtime)."""
     if zipfile.is_zipfile(io.BytesIO(data)):
         return MarianText.from_bytes(data)
     return Tokenizer.from_bytes(data)

@@ -1,6 +1,6 @@
 """Released translation models for ``translate.py`` and the ``Translator``: a Hugging Face Marian folder
 (e.g. an opus-mt model, or one exported by ``python -m transformer.interop.marian export``: a Pegasus
-folder for a pre-norm model) or a model of the hub (``hf:NAME``, read by ``training/model_formats.py``).
+folder for a pre-norm model) or a model of the hub (``hf:NAME``, read by ``interop/formats.py``).
 
 The weights go through ``marian.from_marian`` into our own Transformer, so decoding, scoring and every
 attention view run on our code; the text goes through the model's own ``MarianTokenizer``, wrapped in
@@ -15,11 +15,12 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from transformer.core.checkpoint import CheckpointError
-from transformer.core.config import Config, DataConfig, EvalConfig
+from transformer.core.config import EvalConfig
 from transformer.core.model import Transformer
 from transformer.interop.marian import MarianError, _transformers, from_marian, model_class
 from transformer.interop.marian_text import MarianText
-from transformer.training.quiet import quiet_libraries
+from transformer.runtime.configs import Config, DataConfig
+from transformer.runtime.quiet import quiet_libraries
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:

@@ -18,15 +18,15 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from transformer.inference.translator import Translator, model_languages
+from transformer.interop.formats import load_model
+from transformer.runtime.corpora import directions
+from transformer.runtime.precision import resolve_device
 from transformer.serving.batcher import Batcher, Job
 from transformer.serving.handling import ERRORS, Refused, error_response, json_response, run_job
 from transformer.serving.keys import ApiKey
 from transformer.serving.libretranslate import add_libretranslate_routes
 from transformer.serving.pages import add_pages
 from transformer.serving.schema import Limits, request_model
-from transformer.training.corpora import directions
-from transformer.training.model_formats import load_model
-from transformer.training.precision import resolve_device
 
 
 class Service:

@@ -22,10 +22,11 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from transformer.core.config import DataConfig
 from transformer.core.tokenizer import Tokenizer
+from transformer.runtime.configs import DataConfig
+from transformer.runtime.lines import DataError
 from transformer.training.carving import Carved
-from transformer.training.corpus import DataError, ParallelArrow, ParallelFiles, Split, iter_lines
+from transformer.training.corpus import ParallelArrow, ParallelFiles, Split, iter_lines
 from transformer.training.ranks import Runtime
 from transformer.training.token_store import (
     CHUNK_PAIRS,

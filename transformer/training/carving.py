@@ -16,7 +16,7 @@ import random
 from collections.abc import Iterator
 from functools import cached_property
 
-from transformer.core.config import DataConfig
+from transformer.runtime.configs import DataConfig
 from transformer.training.corpus import (
     Corpus,
     DataError,

@@ -5,9 +5,10 @@
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformer.core.config import ConfigError, DataConfig, EvalConfig
+from transformer.core.config import ConfigError, EvalConfig
+from transformer.runtime.configs import DataConfig
+from transformer.runtime.corpora import Part
 from transformer.training.carving import SIZE_KEYS, carve_missing_splits
-from transformer.training.corpora import Part
 from transformer.training.corpus import (
     SPLITS,
     Corpus,

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 import torch
 
 from transformer.core.checkpoint import CheckpointError, load_checkpoint, tokenizer_from_tensor
-from transformer.core.config import Config, ConfigError, ModelConfig, TrainConfig, config_from_dict
-from transformer.core.optim import load_optimizer_state
+from transformer.core.config import ConfigError, ModelConfig, TrainConfig
 from transformer.core.tokenizer import Tokenizer
-from transformer.training.model_formats import is_released, load_released, read_tokenizer
+from transformer.interop.formats import is_released, load_released, read_tokenizer
+from transformer.runtime.configs import Config, config_from_dict
+from transformer.training.resume import load_optimizer_state
 
 NOT_ARCHITECTURE = ("dropout",)
 

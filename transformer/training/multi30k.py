@@ -24,7 +24,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from transformer.training.corpus import Corpus, DataError, check_languages, load_parallel_text
+from transformer.runtime.lines import DataError
+from transformer.training.corpus import Corpus, check_languages, load_parallel_text
 from transformer.training.token_store import file_digest
 
 LANGUAGES = ("en", "de", "fr", "cs")

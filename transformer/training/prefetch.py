@@ -9,6 +9,12 @@ import torch
 from transformer.core.batches import Batch
 
 
+def pinned(batch: Batch) -> Batch:
+    """The batch in page-locked memory, from which copies to a GPU overlap with its work."""
+    src, tgt_in, tgt_out = (t.pin_memory() for t in (batch.src, batch.tgt_in, batch.tgt_out))
+    return Batch(src, tgt_in, tgt_out, batch.indices, batch.n_src_tokens, batch.n_tgt_tokens)
+
+
 def prefetch(batches: Iterable[Batch], device: torch.device, depth: int = 2) -> Iterator[Batch]:
     """The same batches, collated ``depth`` ahead by a background thread (pinned when going to a GPU), so
     that building the next batch in Python overlaps with the device's work on this one."""
@@ -25,7 +31,7 @@ def prefetch(batches: Iterable[Batch], device: torch.device, depth: int = 2) -> 
     def produce() -> None:
         try:
             for batch in batches:
-                put(batch.pin_memory() if device.type == "cuda" else batch)
+                put(pinned(batch) if device.type == "cuda" else batch)
                 if stop.is_set():
                     return
         except BaseException as error:  # handed to the consumer, raised there

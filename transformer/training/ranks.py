@@ -2,14 +2,16 @@
 the process group, with the collectives the training loop needs.
 """
 
+import math
 import os
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
-from transformer.training.precision import (
+from transformer.runtime.precision import (
     DeviceError,
     autocast,
     autocast_dtype,
@@ -17,6 +19,26 @@ from transformer.training.precision import (
     size_onednn_cache,
     training_precision,
 )
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The plain module under DistributedDataParallel (``.module``) and torch.compile (``._orig_mod``)."""
+    while hasattr(model, "module") or hasattr(model, "_orig_mod"):
+        model = getattr(model, "module", None) or model._orig_mod
+    return model
+
+
+def shard(batches: list[np.ndarray], rank: int, world_size: int) -> list[np.ndarray]:
+    """This rank's share of an epoch's batches (``make_batches``, called alike by every rank): rank r takes
+    batches r, r + world_size, ...; so that all ranks take the same number of steps, the list is first
+    padded by repeating batches from its start, which then appear twice in the epoch."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+    if not batches:
+        return []
+    n_per_rank = math.ceil(len(batches) / world_size)
+    padded = [batches[k % len(batches)] for k in range(n_per_rank * world_size)]
+    return padded[rank::world_size]
 
 
 @dataclass

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from transformer.core.config import Config
+from transformer.runtime.configs import Config
 
 
 def open_writer(run_dir: Path, config: Config):
@@ -38,7 +38,7 @@ def log_train_step(
 def log_validation(writer, entry: dict, samples: list[tuple[str, str, str]], attentions: dict) -> None:
     """The validation scalars, sample translations (source, reference, hypothesis) and attention heatmaps
     (``attentions``: TensorBoard tag -> ``translator.SentenceAttention``)."""
-    from transformer.training.plotting import add_attention_figures  # matplotlib loads when a figure is drawn
+    from transformer.runtime.plotting import add_attention_figures  # matplotlib loads when a figure is drawn
 
     step = entry["step"]
     for key in ("loss", "ppl", "bleu", "chrf"):

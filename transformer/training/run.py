@@ -12,30 +12,30 @@ from pathlib import Path
 
 import torch
 
-from transformer.core.checkpoint import (
-    changed_settings,
-    check_resumable,
-    link_checkpoint,
-    load_checkpoint,
-    restore_training,
-    rng_state,
-    save_checkpoint,
-    training_checkpoint,
-)
-from transformer.core.config import Config
+from transformer.core.checkpoint import load_checkpoint, save_checkpoint
+from transformer.core.decoding import PLAIN, Kernels
 from transformer.core.model import build_model
 from transformer.core.optim import make_optimizer
 from transformer.core.tokenizer import Tokenizer
+from transformer.runtime.configs import Config
+from transformer.runtime.corpora import parts_of, prefix_ids, user_symbols
+from transformer.runtime.lines import DataError
+from transformer.runtime.precision import slow_precision
+from transformer.runtime.search import kernels_for
 from transformer.training import reporting
 from transformer.training.cache import train_store
-from transformer.training.corpora import parts_of, prefix_ids, user_symbols
-from transformer.training.corpus import DataError
 from transformer.training.datasets import load_parts
 from transformer.training.ema import EMA
 from transformer.training.fine_tuning import check_source, load_source, start_from, with_source_model
-from transformer.training.precision import slow_precision
 from transformer.training.ranks import Runtime, setup_runtime
-from transformer.training.run_folder import prepare_run_dir, run_tokenizer, undone_if_refused
+from transformer.training.resume import (
+    changed_settings,
+    check_resumable,
+    restore_training,
+    rng_state,
+    training_checkpoint,
+)
+from transformer.training.run_folder import link_checkpoint, prepare_run_dir, run_tokenizer, undone_if_refused
 from transformer.training.splits import Splits, cleaning_line, encode_corpus, mixture_line
 
 
@@ -82,6 +82,7 @@ class Run:
     started: float = 0.0  # time.perf_counter() at which training (as resumed) began
     clock_used: float = 0.0  # the fraction of train.max_minutes spent, as the ranks last agreed (cooldown)
     never_targets: list[int] = field(default_factory=list)  # model.never_produced: no smoothing mass
+    kernels: Kernels = PLAIN  # the searches' inner operations: the fast tier's with train.fast
     nonfinite: torch.Tensor | None = None  # a non-finite loss or gradient since the last check (device)
 
 
@@ -106,6 +107,7 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
                   for one in loaded]  # fmt: skip
         splits = encode_corpus(loaded, stores, prefixes, tokenizer, config)
         model = build_model(config.model, tokenizer).to(runtime.device)  # the same weights on every rank
+        model, kernels = kernels_for(model, config.train.fast)  # the fast tier's twins, or the plain model
         if runtime.rank:  # but each rank its own dropout masks
             torch.manual_seed(config.train.seed + 1_000_003 * runtime.rank)
         run = Run(
@@ -130,7 +132,7 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     run.started = time.perf_counter() - run.state.train_seconds
     if config.train.max_minutes > 0:  # the same on every rank, until their first vote on the clock
         run.clock_used = run.state.train_seconds / (60.0 * config.train.max_minutes)
-    run.never_targets = model.never_produced
+    run.never_targets, run.kernels = model.never_produced, kernels
     run.model = distributed(model, runtime)
     if runtime.is_main:
         run.writer = reporting.open_writer(run_dir, config)

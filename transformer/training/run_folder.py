@@ -4,6 +4,7 @@ events, test_hypotheses.txt and results.json. Rank 0 writes; the other ranks onl
 """
 
 import json
+import os
 import shutil
 import zipfile
 from contextlib import contextmanager
@@ -12,11 +13,11 @@ from pathlib import Path
 import yaml
 
 from transformer.core.checkpoint import save_checkpoint
-from transformer.core.config import Config
 from transformer.core.tokenizer import Tokenizer
+from transformer.interop.formats import read_tokenizer as tokenizer_from_bytes
+from transformer.runtime.configs import Config
 from transformer.training.averaging import step_checkpoints
 from transformer.training.cache import cached_tokenizer
-from transformer.training.model_formats import read_tokenizer as tokenizer_from_bytes
 from transformer.training.ranks import Runtime
 
 
@@ -38,6 +39,24 @@ WRITTEN = RUN_FILES + (
 
 
 SET_ASIDE = ".overwritten"  # where --overwrite keeps the old run until the new one has passed every check
+
+
+def link_checkpoint(source: str | Path, path: str | Path) -> None:
+    """Make ``path`` the same file as the checkpoint ``source`` without writing it again: a hard link under
+    a temporary name, then a rename, so ``path`` is never partly written (a copy where links are refused).
+    ``save_checkpoint`` replaces a file by renaming a new one over it: a link stays the old checkpoint."""
+    source, path = Path(source), Path(path)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.link"
+    tmp.unlink(missing_ok=True)
+    try:
+        try:
+            os.link(source, tmp)
+        except OSError:  # a file system without hard links
+            shutil.copyfile(source, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def written(run_dir: Path) -> set[Path]:

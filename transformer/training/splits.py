@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from transformer.core.config import Config, DataConfig, source_token_limit
 from transformer.core.tokenizer import Tokenizer
-from transformer.training.corpora import epoch_counts, epoch_indices
+from transformer.runtime.configs import Config, DataConfig, source_token_limit
 from transformer.training.corpus import ParallelText
+from transformer.training.mixing import epoch_counts, epoch_indices
 from transformer.training.token_store import Side, TokenStore
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from transformer.training.model_formats import read_tokenizer as tokenizer_from_bytes
+from transformer.interop.formats import read_tokenizer as tokenizer_from_bytes
 
 try:
     import fcntl

@@ -1,5 +1,6 @@
 """Validation during training and the final test: the loss, and translations decoded by the core's search
-(``core/batched_search.py``) in the precision the run trains in, scored with BLEU / chrF.
+(``runtime/search.py``, with the fast tier's kernels under ``train.fast``) in the precision the run trains
+in, scored with BLEU / chrF.
 """
 
 import dataclasses
@@ -8,39 +9,40 @@ import time
 import torch
 from tqdm import tqdm
 
-from transformer.core.batched_search import search
 from transformer.core.batches import iter_batches, make_batches
 from transformer.core.config import EvalConfig
-from transformer.core.decoding import ended_with_eos
 from transformer.core.model import Transformer
+from transformer.runtime.attention_maps import pair_attention
+from transformer.runtime.metrics import bleu_chrf, evaluate_loss
+from transformer.runtime.precision import autocast, decoding_model
+from transformer.runtime.search import ended_with_eos, kernels_for, search
 from transformer.training import reporting
-from transformer.training.attention_maps import pair_attention
-from transformer.training.metrics import bleu_chrf, evaluate_loss
-from transformer.training.precision import autocast, decoding_model
 from transformer.training.ranks import Runtime
 from transformer.training.run import Run
 
 
 def translate_split(
-    model: Transformer, src_ids: list[list[int]], settings: EvalConfig, runtime: Runtime, progress: str
-) -> tuple[Transformer, torch.dtype | None, list[list[int]]]:
-    """(the model as decoded: a bf16 copy on a CPU that trains in bf16; the autocast dtype it decodes
-    under; the ids of every translation, in order)."""
+    model: Transformer, src_ids: list[list[int]], settings: EvalConfig, runtime: Runtime, progress: str,
+    fast: bool = True,
+) -> tuple[Transformer, torch.dtype | None, list[list[int]]]:  # fmt: skip
+    """(the model as decoded: a bf16 copy on a CPU that trains in bf16, with the fast tier's modules when
+    ``fast``; the autocast dtype it decodes under; the ids of every translation, in order)."""
     decoding, dtype = decoding_model(model, runtime.precision, runtime.device)
+    decoding, kernels = kernels_for(decoding, fast)
     bar = tqdm(total=len(src_ids), desc=progress, unit="sent", leave=False)
     with autocast(runtime.device, dtype):
-        hyp_ids = search(decoding, src_ids, settings, bar.update)
+        hyp_ids = search(decoding, src_ids, settings, bar.update, kernels)
     bar.close()
     return decoding, dtype, hyp_ids
 
 
 def translate_and_score(
     model: Transformer, tokenizer, src_ids: list[list[int]], references: list[str], settings: EvalConfig,
-    runtime: Runtime, progress: str = "test",
+    runtime: Runtime, progress: str = "test", fast: bool = True,
 ) -> tuple[list[str], dict[str, float | str]]:  # fmt: skip
     """Translate a split with ``settings`` (beam size, length penalty) and score it: (detokenized
     translations, ``bleu_chrf``)."""
-    _, _, hyp_ids = translate_split(model, src_ids, settings, runtime, progress)
+    _, _, hyp_ids = translate_split(model, src_ids, settings, runtime, progress, fast)
     hyps = tokenizer.decode_batch(hyp_ids)
     return hyps, bleu_chrf(hyps, references)
 
@@ -55,7 +57,7 @@ def validate(run: Run, model: Transformer) -> dict:
     batched = iter_batches(src_ids, tgt_ids, batches, *model.pad_start_eos)
     loss = evaluate_loss(model, batched, rt.device, rt.autocast)  # as training computes it
     greedy = dataclasses.replace(settings, beam_size=1)
-    decoding, dtype, hyp_ids = translate_split(model, src_ids, greedy, rt, "validate")
+    decoding, dtype, hyp_ids = translate_split(model, src_ids, greedy, rt, "validate", run.config.train.fast)
     hyps = run.tokenizer.decode_batch(hyp_ids)
     scores, by_part = scores_by_part(hyps, refs, run.splits.parts, "valid")
     entry = {"step": state.step, "epoch": state.epoch}
@@ -102,7 +104,8 @@ def score_test_set(run: Run, model: Transformer, tokenizer) -> tuple[list[str], 
     several corpora their mean and each one's (``scores_by_part``), each one's translations also in
     RUN_DIR/test_hypotheses.<corpus>.txt (rank 0)."""
     (src_ids, _), refs, parts = run.splits.test, run.splits.test_refs, run.splits.parts
-    hyps, _ = translate_and_score(model, tokenizer, src_ids, refs, run.config.eval, run.runtime)
+    fast = run.config.train.fast
+    hyps, _ = translate_and_score(model, tokenizer, src_ids, refs, run.config.eval, run.runtime, "test", fast)
     scores, by_part = scores_by_part(hyps, refs, parts, "test")
     for part in [part for part in parts if part.name in by_part]:
         text = "".join(h + "\n" for h in hyps[part.test])
@@ -119,7 +122,14 @@ def score_other_test_sets(run: Run, model: Transformer, tokenizer) -> dict[str, 
     results = {}
     for name, ((src_ids, _), refs) in run.splits.other_tests.items():
         hyps, scores = translate_and_score(
-            model, tokenizer, src_ids, refs, run.config.eval, run.runtime, f"test {name}"
+            model,
+            tokenizer,
+            src_ids,
+            refs,
+            run.config.eval,
+            run.runtime,
+            f"test {name}",
+            run.config.train.fast,
         )
         results[name] = scores | {"sentences": len(refs)}
         (run.run_dir / f"test_hypotheses.{name}.txt").write_text("".join(h + "\n" for h in hyps), "utf-8")

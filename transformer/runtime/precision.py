@@ -14,6 +14,9 @@ import torch
 from transformer.core.config import PRECISIONS
 from transformer.core.model import Transformer
 
+QUANTIZED_PRECISIONS = ("int8", "int8-bf16")  # decoding only: int8 linear layers on the CPU (quantize.py)
+DECODE_PRECISIONS = PRECISIONS + QUANTIZED_PRECISIONS  # translate.py --precision
+
 
 class DeviceError(ValueError):
     """A device name that cannot be used here; the message names it."""

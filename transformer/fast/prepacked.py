@@ -7,10 +7,11 @@ what Inductor does for frozen CPU models) and then runs those products faster at
 few hundred. The translator packs for beam search only, where it gains with every line the same; greedy
 search gains nothing (docs/benchmarks.md, "Speed choices in the code").
 
-``packed_decoder(model)`` packs the weights of that moment on entry and gives the layers back their own
-``forward`` on exit, so a model still being trained (validation decodes it between updates) is never
-decoded with stale weights. Anywhere the packed kernel cannot be used (another device or dtype, autograd on,
-quantized weights, a PyTorch without oneDNN or without these ops), nothing changes.
+``packed_decoder(model)`` puts a ``PackedLinear`` in the place of each of these layers, its weight packed
+at that moment, and puts the layers back on exit, so a model still being trained (validation decodes it
+between updates) is never decoded with stale weights. Anywhere the packed kernel cannot be used (another
+device or dtype, autograd on, quantized weights, a PyTorch without oneDNN or without these ops), nothing
+changes.
 """
 
 import contextlib
@@ -45,28 +46,36 @@ def _can_pack(linears: list[nn.Linear]) -> bool:
     )
 
 
-def _packed_forward(linear: nn.Linear):
-    packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), ROWS_HINT)  # oneDNN's layout
-    bias = None if linear.bias is None else linear.bias.detach()
+class PackedLinear(nn.Module):
+    """``linear``'s function on its weight laid out by oneDNN (a copy made now): (..., in) -> (..., out).
+    Its forward hooks run as they would on ``linear``."""
 
-    def forward(x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out), as F.linear(x, weight, bias)
-        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.weight, self.bias = linear.weight, linear.bias  # as they are: for slices of them (attention)
+        self._forward_pre_hooks, self._forward_hooks = linear._forward_pre_hooks, linear._forward_hooks
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), ROWS_HINT)
+        self.out_features = linear.out_features
 
-    return forward
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias.detach()
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, bias, "none", [], "")
 
 
 @contextlib.contextmanager
 def packed_decoder(model: Transformer, enabled: bool = True) -> Iterator[None]:
-    """Within the block, the decoder's ``nn.Linear`` layers and the output layer multiply with their
-    weights packed on entry, when they can (see the module docstring); ``enabled=False``: never."""
-    linears = [m for m in model.decoder.modules() if isinstance(m, nn.Linear)] + [model.output_proj]
-    if not (enabled and _can_pack(linears)):
+    """Within the block, the decoder's ``nn.Linear`` layers and the output layer are ``PackedLinear``
+    layers, packed on entry, when they can be (see the module docstring); ``enabled=False``: never."""
+    places = [(parent, name, child) for parent in [model, *model.decoder.modules()]
+              for name, child in parent.named_children() if isinstance(child, nn.Linear)
+              and (parent is not model or name == "output_proj")]  # fmt: skip
+    if not (enabled and _can_pack([linear for _, _, linear in places])):
         yield
         return
     try:
-        for linear in linears:
-            linear.forward = _packed_forward(linear)  # an instance attribute: called instead of the class's
+        for parent, name, linear in places:
+            setattr(parent, name, PackedLinear(linear))
         yield
     finally:
-        for linear in linears:
-            linear.__dict__.pop("forward", None)  # the class's forward again
+        for parent, name, linear in places:
+            setattr(parent, name, linear)

@@ -1,9 +1,10 @@
-"""The one door from training and the ``Translator`` to ``interop/``: the model and tokenizer formats read
-beside this project's own checkpoints. It imports neither torch nor ``interop/`` at import time: the
-token store's worker processes read tokenizers through it. ``interop/`` (and, through it, ``transformers``)
-is imported only when a released Marian model or a Marian tokenizer is met: the rest of the package never
-imports it.
+"""The models a run or a ``Translator`` reads, and the one door to the rest of ``interop/``: this project's
+own checkpoints and the formats read beside them. It imports neither torch nor another module of
+``interop/`` at import time: the token store's worker processes read tokenizers through it. Those modules
+(and, through them, ``transformers``) are imported only when a released Marian model or a Marian tokenizer
+is met: the rest of the package never imports them.
 
+    checkpoint of ours  config, weights and tokenizer                     (runtime/checkpoints.py)
     released model     a Hugging Face Marian folder, or hf:NAME          (interop/released.py)
     Marian tokenizer   a zip of its files, inside a fine-tuned checkpoint (interop/marian_text.py)
 """
@@ -65,7 +66,7 @@ def load_model(path: str | Path, device="cpu"):
     """Any model ``translate.py --checkpoint`` takes: a released one, a checkpoint of ours (whose tokenizer
     may be a Marian model's), or a run folder (``run_checkpoint``) -> (model in eval mode on ``device``,
     tokenizer, config)."""
-    from transformer.core.checkpoint import load_for_inference  # torch: not for a tokenizing process
+    from transformer.runtime.checkpoints import load_for_inference  # torch: not for a tokenizing process
 
     if is_released(path):
         return load_released(path, device)

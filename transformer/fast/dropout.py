@@ -1,4 +1,4 @@
-"""Dropout (§5.4) with a cheaper random mask on the CPU.
+"""Dropout (§5.4) with a cheaper random mask on the CPU: the fast tier's twin of ``nn.Dropout``.
 
 On the CPU, ``F.dropout`` draws one random number per element through the Mersenne Twister, a large share
 of a training step (docs/benchmarks.md, "Speed choices in the code"). This version draws 64-bit words and

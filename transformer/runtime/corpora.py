@@ -1,5 +1,5 @@
-"""Several corpora in one run (``data.corpora``): which they are, how much of each an epoch holds, and the
-tokens put in front of their sources.
+"""Several corpora in one run (``data.corpora``): which they are, their languages, and the tokens put in
+front of their sources (what training, translating and serving all read from a model's config).
 
     data:
       corpora:
@@ -16,11 +16,7 @@ languages, how it is carved and cleaned; the run's own value where it gives none
     tag     a token ``<tag>`` put in front of every one of its sources (e.g. ``bt`` for back-translation)
     test_sets  more test sets of its own, name: file prefix (reported as ``<name>.<set>``)
 
-**An epoch** holds ``count_i = round(p_i × Σ_j w_j n_j)`` pairs of corpus i, with n_i its kept training pairs,
-w_i its weight and p_i ∝ (w_i n_i)^(1/T), T = ``data.sampling_temperature``: at T = 1, simply round(w_i n_i)
-(weight 2: every pair twice; weight 0.5: a fresh random half each epoch); a higher T moves the shares towards
-equal ones (multilingual balancing). Each corpus gives ``count_i // n_i`` whole copies of itself and a random
-``count_i % n_i`` of its pairs, drawn again every epoch from ``train.seed`` and the epoch.
+How much of each an epoch holds: ``training/mixing.py``.
 
 **Multilingual**: when the corpora have more than one target language, every source starts with the token of
 its target language, ``<2xx>`` (Johnson et al., 2017), then its tag. Both are user-defined pieces of the
@@ -32,9 +28,8 @@ import re
 import typing
 from dataclasses import dataclass
 
-import numpy as np
-
-from transformer.core.config import ConfigError, DataConfig, coerce_value
+from transformer.core.config import ConfigError, coerce_value
+from transformer.runtime.configs import DataConfig
 
 CORPUS_KEYS = ("dataset", "src_lang", "tgt_lang", "data_dir", "hub_name", "hub_config", "text_prefix",
                "train_prefix", "valid_prefix", "test_prefix", "valid_size", "test_size", "split_seed",
@@ -138,33 +133,6 @@ def user_symbols(parts: list[Part]) -> list[str]:
 def directions(data: DataConfig) -> list[tuple[str, str]]:
     """The directions a model was trained for, (source, target) in the config's order (a checkpoint's)."""
     return list(dict.fromkeys((part.data.src_lang, part.data.tgt_lang) for part in parts_of(data)))
-
-
-# -------- the training stream --------------------------------------------------------------------------
-
-
-def epoch_counts(sizes: list[int], weights: list[float], temperature: float) -> list[int]:
-    """Pairs of each corpus in one epoch: round(p_i × Σ w_j n_j), p_i ∝ (w_i n_i)^(1/T) (module docstring)."""
-    weighted = np.asarray(weights, dtype=np.float64) * np.asarray(sizes, dtype=np.float64)
-    if not weighted.sum() > 0:
-        return [0] * len(sizes)
-    with np.errstate(divide="ignore"):  # a corpus with no pair left: log 0 = -inf, share 0
-        logs = np.log(weighted) / temperature  # in logs: no overflow for a small temperature
-    shares = np.exp(logs - logs.max())
-    return [int(round(share * weighted.sum())) for share in shares / shares.sum()]
-
-
-def epoch_indices(kept: list[np.ndarray], counts: list[int], seed: int, epoch: int) -> np.ndarray:
-    """The training pairs of one epoch (with repeats): of each corpus (``kept``: its pairs' indices),
-    ``count // n`` whole copies and a random ``count % n`` of them, drawn from (seed, epoch, corpus)."""
-    chosen = []
-    for i, (indices, count) in enumerate(zip(kept, counts)):
-        copies, rest = divmod(count, len(indices)) if len(indices) else (0, 0)
-        chosen += [indices] * copies
-        if rest:
-            generator = np.random.default_rng([seed % 2**32, epoch, i])  # any train.seed, negative too
-            chosen.append(np.sort(generator.choice(indices, size=rest, replace=False)))
-    return np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
 
 
 # -------- the tokens in front of a source ----------------------------------------------------------------
