@@ -75,7 +75,7 @@ def accumulate_gradients(run: Run, train_model: torch.nn.Module, batches: list[B
     """Forward + backward over the micro-batches of one update. Their summed loss is divided by all their
     target tokens, on every rank together, as if they were one batch (label smoothing inside, §5.4).
     Returns this rank's part of the update's loss per target token."""
-    rt, never, pad_id = run.runtime, run.never_targets, unwrap(run.model).pad_id
+    rt, never, pad_id = run.runtime, run.never_produced, unwrap(run.model).pad_id
     # the fast loss applies the output layer, by blocks of rows, outside DDP's forward: fine for DDP as long
     # as find_unused_parameters stays off (its gradient arrives in the same backward pass)
     proj, eps, fast = unwrap(run.model).output_proj, run.config.train.label_smoothing, run.config.train.fast

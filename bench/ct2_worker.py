@@ -3,7 +3,7 @@
 Why a process of its own: in a process that runs PyTorch, a live ``ctranslate2.Translator`` that has
 translated once makes PyTorch's small operations many times slower, until it is deleted. Measured on a
 2-core CPU: 2000 additions on a (300, 256) tensor took 0.29 s instead of 0.023 s, and our cached greedy
-decoding of Multi30k's test set ran at 0.6x its own speed (docs/benchmarks.md, "What we tried"). The likely
+decoding of Multi30k's test set ran at 0.6x its own speed (docs/experiments.md). The likely
 cause: both libraries' OpenMP calls land in the one libgomp that PyTorch loads globally, which then manages
 more threads than there are CPUs and stops letting its idle threads spin between parallel regions, so every
 small operation pays for waking them. Here CTranslate2 runs alone: this file imports neither ``torch`` nor

@@ -28,7 +28,7 @@ def as_run(runtime: Runtime, model: torch.nn.Module) -> SimpleNamespace:
     return SimpleNamespace(
         runtime=runtime,
         config=SimpleNamespace(train=TrainConfig(label_smoothing=0.1)),
-        never_targets=[0, 2],
+        never_produced=[0, 2],
         model=model,
         tokenizer=SimpleNamespace(pad_id=0),
         scaler=torch.amp.GradScaler("cpu", enabled=False),

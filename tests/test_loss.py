@@ -28,7 +28,7 @@ def random_batch(seed, B=3, T=5, D=6, V=11):
     return features, proj, tgt_out
 
 
-def test_token_loss_without_never_targets_is_pytorchs_label_smoothing():
+def test_token_loss_without_never_produced_is_pytorchs_label_smoothing():
     features, proj, tgt_out = random_batch(1)
     logits = proj(features)
     expected = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD, label_smoothing=0.1,

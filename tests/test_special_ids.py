@@ -27,7 +27,7 @@ def test_a_pad_start_model_trains_from_pad(multi30k_dir, tmp_path):
         assert run.model.start_id == PAD_ID != BOS_ID
         batch = next(iter(train.epoch_batches(run)))
         assert (batch.tgt_in[:, 0] == PAD_ID).all()  # the training input starts as decoding does
-        assert run.never_targets == [PAD_ID]  # BOS is a token like any other here, PAD never a target
+        assert run.never_produced == [PAD_ID]  # BOS is a token like any other here, PAD never a target
     finally:
         run.writer.close()
 

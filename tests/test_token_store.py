@@ -296,9 +296,9 @@ def test_a_marian_tokenizer_stores_each_side_with_its_own_model(tmp_path, worker
     marian = MarianText(transformers.MarianTokenizer.from_pretrained(folder), vocab["<pad>"])
     data = marian.to_bytes()
     rebuilt = MarianText.from_bytes(data)
-    assert rebuilt.to_bytes() == data and rebuilt.pad_bos_eos == marian.pad_bos_eos == (
-        len(vocab) - 1,
-    ) * 2 + (0,)
+    special = (rebuilt.pad_id, rebuilt.bos_id, rebuilt.eos_id)
+    assert rebuilt.to_bytes() == data and special == (marian.pad_id, marian.bos_id, marian.eos_id)
+    assert special == (len(vocab) - 1,) * 2 + (0,)
     store = build_store(
         tmp_path / "store", write_pair(tmp_path, SRC, TGT).chunks(4), data, len(vocab), workers
     )

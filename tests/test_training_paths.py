@@ -45,7 +45,7 @@ def toy_run(accum_steps: int) -> SimpleNamespace:
     return SimpleNamespace(
         runtime=Runtime(torch.device("cpu"), None),
         config=SimpleNamespace(train=TrainConfig(accum_steps=accum_steps, label_smoothing=0.1)),
-        never_targets=[0, 2],
+        never_produced=[0, 2],
         model=model,
         tokenizer=SimpleNamespace(pad_id=0),
         scaler=torch.amp.GradScaler("cpu", enabled=False),
@@ -80,7 +80,7 @@ def test_label_smoothing_spreads_only_over_tokens_the_decoder_can_produce():
     log_p = torch.log_softmax(logits[0, 0], dim=-1)
     producible = [1, 3, 4]  # not PAD, not BOS
     expected = (1 - eps) * -log_p[3] + eps * -log_p[producible].mean()
-    got = token_loss(logits, tgt_out, pad, eps, never_targets=[pad, bos])
+    got = token_loss(logits, tgt_out, pad, eps, never_produced=[pad, bos])
     torch.testing.assert_close(got, expected)
     # PyTorch's own label smoothing spreads over all V tokens, PAD and BOS included: a different number
     everywhere = F.cross_entropy(

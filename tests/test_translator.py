@@ -13,7 +13,7 @@ from test_runtime import cpu_with
 
 from transformer.core.config import EvalConfig
 from transformer.core.decoding import beam_search, length_normaliser, max_lengths
-from transformer.inference.alignment import count_words, pharaoh, word_alignment, word_index
+from transformer.inference.alignment import pharaoh, word_alignment, word_index
 from transformer.inference.nbest import beam_search_nbest
 from transformer.inference.translator import Translator
 
@@ -29,7 +29,6 @@ class Ids:
     """A stand-in tokenizer for random models: ids are the text."""
 
     pad_id, bos_id, eos_id = 0, BOS, EOS
-    pad_bos_eos = (0, BOS, EOS)
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +82,7 @@ def test_word_index_merges_sub_words_at_the_word_start_marker():
     assert word_index(["Ein", "▁Hund"]) == [0, 1]  # a first piece without the marker is word 0
     assert word_index(["▁", "Ü", "ber", "▁alles"]) == [0, 0, 0, 1]  # a bare "▁" joins the next piece
     assert word_index(["▁Hund", "▁"]) == [0, 0]  # ... or, at the end, the word before
-    assert word_index([]) == [] and count_words(["▁a", "b", "▁c"]) == 2
+    assert word_index([]) == [] and word_index(["▁a", "b", "▁c"]) == [0, 0, 1]
 
 
 def test_word_alignment_links_every_target_word_through_the_argmax():

@@ -98,29 +98,30 @@ def make_batches(
     """
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be positive, got {max_tokens}")
-    s, t = np.asarray(src_lengths, dtype=np.int32), np.asarray(tgt_lengths, dtype=np.int32)  # (N,) each
-    order = np.arange(len(s)) if indices is None else np.asarray(indices, dtype=np.int64)
+    src_len = np.asarray(src_lengths, dtype=np.int32)  # (N,)
+    tgt_len = np.asarray(tgt_lengths, dtype=np.int32)  # (N,)
+    order = np.arange(len(src_len)) if indices is None else np.asarray(indices, dtype=np.int64)
 
     def by_length(pairs: np.ndarray) -> np.ndarray:
-        return pairs[np.lexsort((t[pairs], s[pairs]))]  # stable: by source length, then target length
+        return pairs[np.lexsort((tgt_len[pairs], src_len[pairs]))]  # stable: by source, then target length
 
     if shuffle:
         # one random stream per (seed, epoch): the same in every process, different every epoch
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         order = order[torch.randperm(len(order), generator=generator).numpy()]
         batches = []
-        for chunk in _chunks(order, s, t, chunk_batches * max_tokens):
-            batches += cut_into_batches(by_length(chunk), s, t, max_tokens)
+        for chunk in _chunks(order, src_len, tgt_len, chunk_batches * max_tokens):
+            batches += cut_into_batches(by_length(chunk), src_len, tgt_len, max_tokens)
         batches = [batches[j] for j in torch.randperm(len(batches), generator=generator).tolist()]
     else:
-        batches = cut_into_batches(by_length(order), s, t, max_tokens)
+        batches = cut_into_batches(by_length(order), src_len, tgt_len, max_tokens)
     return batches
 
 
-def _chunks(order: np.ndarray, s: np.ndarray, t: np.ndarray, chunk_tokens: int) -> Iterator[np.ndarray]:
+def _chunks(order: np.ndarray, src_len, tgt_len, chunk_tokens: int) -> Iterator[np.ndarray]:
     """Consecutive runs of `order` holding about `chunk_tokens` real tokens each: a run ends with the pair
     that brings it to `chunk_tokens` or more."""
-    cumulative = np.cumsum(s[order] + t[order] + 2, dtype=np.int64)  # (N,) strictly increasing
+    cumulative = np.cumsum(src_len[order] + tgt_len[order] + 2, dtype=np.int64)  # (N,) strictly increasing
     start, before = 0, 0
     while start < len(order):
         end = int(np.searchsorted(cumulative, before + chunk_tokens, side="left")) + 1
@@ -144,11 +145,11 @@ def cut_into_batches(
     padded_src = (np.asarray(src_lengths)[order] + 1).tolist()  # + EOS
     padded_tgt = (np.asarray(tgt_lengths)[order] + 1).tolist()  # + BOS or EOS
     starts, start, S, T = [], 0, 0, 0  # starts: where each batch but the first begins in `order`
-    for k, (s, t) in enumerate(zip(padded_src, padded_tgt, strict=True)):
-        if k > start and (k - start + 1) * (max(S, s) + max(T, t)) > max_tokens:
+    for k, (src, tgt) in enumerate(zip(padded_src, padded_tgt, strict=True)):
+        if k > start and (k - start + 1) * (max(S, src) + max(T, tgt)) > max_tokens:
             starts.append(k)
             start, S, T = k, 0, 0
-        S, T = max(S, s), max(T, t)
+        S, T = max(S, src), max(T, tgt)
     return np.split(order, starts) if len(order) else []
 
 

@@ -39,14 +39,15 @@ def _build_stack(
 ):
     """What the encoder and decoder stacks share: the (tied) embedding, the sinusoids, dropout on their sum,
     N layers, and a final LayerNorm in pre-norm (the last layer's output is not normalised otherwise)."""
-    c = config
+    d_model, dropout, norm_first = config.d_model, config.dropout, config.norm_first
     stack.embedding = embedding
-    stack.positions = PositionalEncoding(c.d_model, c.max_positions, c.sinusoid_layout)
-    stack.dropout = nn.Dropout(c.dropout)
+    stack.positions = PositionalEncoding(d_model, config.max_positions, config.sinusoid_layout)
+    stack.dropout = nn.Dropout(dropout)
     stack.layers = nn.ModuleList(
-        layer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation) for _ in range(n_layers)
+        layer(d_model, config.n_heads, config.d_ff, dropout, norm_first, config.activation)
+        for _ in range(n_layers)
     )
-    stack.final_norm = nn.LayerNorm(c.d_model) if c.norm_first else None
+    stack.final_norm = nn.LayerNorm(d_model) if norm_first else None
 
 
 class Encoder(nn.Module):

@@ -71,11 +71,6 @@ class Tokenizer:
         return EOS_ID
 
     @property
-    def pad_bos_eos(self) -> tuple[int, int, int]:
-        """The ids ``data.collate`` / ``data.iter_batches`` take, in their order."""
-        return self.pad_id, self.bos_id, self.eos_id
-
-    @property
     def target_side(self) -> "Tokenizer":
         """The tokenizer of target sentences: this one, the vocabulary being joint (a released Marian model
         has its own)."""

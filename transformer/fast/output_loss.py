@@ -33,7 +33,7 @@ def output_loss(
     tgt_out: torch.Tensor,
     pad_id: int,
     label_smoothing: float,
-    never_targets: Sequence[int] = (),
+    never_produced: Sequence[int] = (),
 ) -> torch.Tensor:
     """``token_loss(output_proj(features), ...)`` without whole logits. features (B, T, D), tgt_out (B, T).
 
@@ -42,7 +42,7 @@ def output_loss(
     real = (tgt_out != pad_id).flatten().nonzero().squeeze(1)  # (N,) rows that have a loss
     x, target = features.flatten(0, 1).index_select(0, real), tgt_out.flatten()[real]  # (N, D), (N,)
     w, b = output_proj.weight, output_proj.bias
-    args = (target, label_smoothing, sorted(set(never_targets)))
+    args = (target, label_smoothing, sorted(set(never_produced)))
     if not torch.is_grad_enabled() or not any(t.requires_grad for t in (x, w, b) if t is not None):
         return _blocks_loss(x, w, b, *args)
     return _OutputLoss.apply(x, w, *args, b)
@@ -66,12 +66,12 @@ def _autocast_operands(x, w, b):
     return tuple(None if t is None else t.to(low) for t in (x, w, b))
 
 
-def _blocks_loss(x, w, b, target, eps, never_targets) -> torch.Tensor:
+def _blocks_loss(x, w, b, target, eps, never_produced) -> torch.Tensor:
     """The loss alone (no gradient wanted)."""
     x, w, b = _autocast_operands(x, w, b)
     total = torch.zeros((), device=x.device)
     for rows in _blocks(x.size(0), w.size(0)):
-        total += smoothed_nll(_block_log_probs(x, w, b, rows), target[rows], eps, never_targets)
+        total += smoothed_nll(_block_log_probs(x, w, b, rows), target[rows], eps, never_produced)
     return total
 
 
@@ -79,7 +79,7 @@ class _OutputLoss(torch.autograd.Function):
     """Loss and, already, its gradients, a block of rows at a time; backward scales them."""
 
     @staticmethod
-    def forward(ctx, x, w, target, eps: float, never_targets: list[int], b=None):
+    def forward(ctx, x, w, target, eps: float, never_produced: list[int], b=None):
         total = torch.zeros((), device=x.device)
         grad_x = torch.empty_like(x)  # (N, D)
         accumulate = torch.promote_types(w.dtype, torch.float32)  # fp32, or fp64 for a float64 model
@@ -93,12 +93,12 @@ class _OutputLoss(torch.autograd.Function):
         grad_logits = torch.empty((x.size(0), w.size(0)), dtype=x.dtype, device=x.device) if low else None
         for rows in _blocks(x.size(0), w.size(0)):
             log_probs = _block_log_probs(x, w, b, rows)  # (n, V)
-            total += smoothed_nll(log_probs, target[rows], eps, never_targets)
+            total += smoothed_nll(log_probs, target[rows], eps, never_produced)
             grad = log_probs.exp_()  # (n, V) p, in the log-probabilities' memory, then ∂loss/∂logits:
-            grad.sub_(eps / (w.size(0) - len(never_targets)))  # − ε / V' on every column ...
-            if never_targets:
-                grad[:, never_targets] += eps / (
-                    w.size(0) - len(never_targets)
+            grad.sub_(eps / (w.size(0) - len(never_produced)))  # − ε / V' on every column ...
+            if never_produced:
+                grad[:, never_produced] += eps / (
+                    w.size(0) - len(never_produced)
                 )  # ... but the never-produced ones
             grad.scatter_add_(1, target[rows, None], grad.new_full((grad.size(0), 1), eps - 1.0))  # − (1 − ε)
             if grad_b is not None:

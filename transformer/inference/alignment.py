@@ -33,11 +33,6 @@ def word_index(pieces: list[str]) -> list[int]:
     return index
 
 
-def count_words(pieces: list[str]) -> int:
-    index = word_index(pieces)
-    return index[-1] + 1 if index else 0
-
-
 def word_alignment(
     weights: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str], rows: str = "predicted"
 ) -> list[tuple[int, int]]:

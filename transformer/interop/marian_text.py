@@ -121,10 +121,6 @@ class MarianText:
             (Path(folder) / name).write_bytes(self.files[name])
 
     @property
-    def pad_bos_eos(self) -> tuple[int, int, int]:
-        return self.pad_id, self.bos_id, self.eos_id
-
-    @property
     def target_side(self) -> "MarianText":
         return MarianText(self.hf, self.bos_id, target=True, files=self._files)
 

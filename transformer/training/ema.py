@@ -8,7 +8,7 @@ checkpoint averaging of the paper (§6.1: "averaging the last 5 checkpoints"), w
 ``decay`` is a cap: the warm-up (1 + n) / (10 + n) stays below it until n = (10·decay − 1) / (1 − decay),
 4490 updates for 0.998, 8990 for 0.999. Before that, 1 − d = 9 / (10 + n): the average reaches back about
 n / 9 updates, a window that grows with the run. The main job (about 2100 updates) never reaches its cap;
-there a true 0.998 from the start (window 500) validates lower (docs/benchmarks.md, "What we tried").
+there a true 0.998 from the start (window 500) validates lower (docs/experiments.md).
 """
 
 from collections.abc import Iterator

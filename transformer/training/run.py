@@ -81,7 +81,7 @@ class Run:
     writer: object = None  # a SummaryWriter on rank 0
     started: float = 0.0  # time.perf_counter() at which training (as resumed) began
     clock_used: float = 0.0  # the fraction of train.max_minutes spent, as the ranks last agreed (cooldown)
-    never_targets: list[int] = field(default_factory=list)  # model.never_produced: no smoothing mass
+    never_produced: list[int] = field(default_factory=list)  # model.never_produced: no smoothing mass
     kernels: Kernels = PLAIN  # the searches' inner operations: the fast tier's with train.fast
     nonfinite: torch.Tensor | None = None  # a non-finite loss or gradient since the last check (device)
 
@@ -132,7 +132,7 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     run.started = time.perf_counter() - run.state.train_seconds
     if config.train.max_minutes > 0:  # the same on every rank, until their first vote on the clock
         run.clock_used = run.state.train_seconds / (60.0 * config.train.max_minutes)
-    run.never_targets, run.kernels = model.never_produced, kernels
+    run.never_produced, run.kernels = model.never_produced, kernels
     run.model = distributed(model, runtime)
     if runtime.is_main:
         run.writer = reporting.open_writer(run_dir, config)
