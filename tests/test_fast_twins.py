@@ -1,6 +1,6 @@
 """The fast twins against the plain modules: a model's outputs and every gradient equal to float rounding
 with dropout off (a float64 model; the losses are computed in fp32); with dropout on, other masks from the
-same generator, the same distribution (tests/test_dropout.py), so the losses agree on average."""
+same generator, the same distribution (tests/test_fast_dropout.py), so the losses agree on average."""
 
 import copy
 
