@@ -3,15 +3,10 @@
 python bench/parity.py
 """
 
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the PyTorch oracle of the tests
-from pytorch_oracle import max_diff_vs_reference, mha_max_diff_vs_torch, stacks_max_diff
-
 from transformer.core.attention import scaled_dot_product_attention
+from transformer.reference.pytorch_oracle import max_diff_vs_reference, mha_max_diff_vs_torch, stacks_max_diff
 
 
 def main():

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))  # the PyTorch oracle
 from sections import equation, heads, masking, pitfalls, properties, scaling  # noqa: E402
 from sections.section import Section  # noqa: E402
 

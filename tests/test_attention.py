@@ -5,7 +5,6 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from pytorch_oracle import max_diff_vs_reference, mha_max_diff_vs_torch, random_padding_mask, random_qkv
 
 from transformer.core.attention import (
     MultiHeadAttention,
@@ -14,6 +13,12 @@ from transformer.core.attention import (
     split_heads,
 )
 from transformer.core.masks import causal_mask
+from transformer.reference.pytorch_oracle import (
+    max_diff_vs_reference,
+    mha_max_diff_vs_torch,
+    random_padding_mask,
+    random_qkv,
+)
 
 # ---------------------------------------------------------------- worked examples (exact numbers)
 

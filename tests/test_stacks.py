@@ -2,11 +2,11 @@
 
 import pytest
 import torch
-from pytorch_oracle import FF, D, H, build_stacks, tokens_with_padding
 
 from transformer.core.config import ModelConfig
 from transformer.core.layers import EncoderLayer
 from transformer.core.masks import causal_mask, decoder_self_mask, padding_mask
+from transformer.reference.pytorch_oracle import FF, D, H, build_stacks, tokens_with_padding
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

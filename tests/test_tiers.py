@@ -1,9 +1,9 @@
-"""The package's tiers, read from every module's imports: core, fast, runtime, interop, training, inference,
-serving; each module imports only from its own tier and the ones before it, ``interop/`` only through its one
-door (``interop/formats.py``, which imports the rest of ``interop/``, and so ``transformers``, only inside a
-function, when a released model is met), and no modules import each other in a loop.
-The core is the paper in plain PyTorch: no hand-written gradient, no private API, no patched method.
-"""
+"""The package's tiers, read from every module's imports: core, reference, fast, runtime, interop, training,
+inference, serving; each module imports only from its own tier and the ones before it, ``interop/`` only
+through its one door (``interop/formats.py``, which imports the rest of ``interop/``, and so
+``transformers``, only inside a function, when a released model is met), and no modules import each other
+in a loop. The core is the paper in plain PyTorch: no hand-written gradient, no private API, no patched
+method."""
 
 import ast
 import subprocess
@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "transformer"
-TIERS = ("core", "fast", "runtime", "interop", "training", "inference", "serving")
+TIERS = ("core", "reference", "fast", "runtime", "interop", "training", "inference", "serving")
 DOOR = "transformer.interop.formats"  # the module of interop/ others import; it imports the rest lazily
 CORE_LINES = 1600
 

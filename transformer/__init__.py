@@ -5,6 +5,7 @@ core's reading order):
 
     core/        the paper in plain PyTorch: attention, layers, model, loss, optimizer, tokenizer, batches,
                  config, checkpoints, greedy and beam search
+    reference/   PyTorch's own modules with our weights: the oracle the core is measured against
     fast/        the speed beside it: faster twins of core modules and search kernels, the same numbers
     runtime/     what the tiers above share: configs and checkpoints, devices and precisions, the
                  batched search, lines, metrics, attention maps, languages

@@ -4,11 +4,11 @@ cost for every H, cross-attention's shapes, and permutation equivariance."""
 import math
 
 import torch
-from pytorch_oracle import copy_attention
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer.core.attention import MultiHeadAttention, scaled_dot_product_attention, split_heads
 from transformer.core.masks import causal_mask
+from transformer.reference.pytorch_oracle import copy_attention
 
 from .section import Section, max_abs
 
