@@ -3,27 +3,13 @@ gradients written out), against the core's ``token_loss`` on the projected featu
 
 import pytest
 import torch
+from test_loss import BOS, EOS, PAD, random_batch
 
 from transformer.core.config import ModelConfig
 from transformer.core.loss import token_loss
 from transformer.core.model import Transformer
 from transformer.fast import output_loss as loss_module
 from transformer.fast.output_loss import output_loss
-
-PAD, BOS, EOS = 0, 2, 1
-
-
-def random_batch(seed, B=3, T=5, D=6, V=11):
-    generator = torch.Generator().manual_seed(seed)
-    features = torch.randn(B, T, D, generator=generator, requires_grad=True)
-    proj = torch.nn.Linear(D, V)
-    with torch.no_grad():
-        proj.weight.copy_(torch.randn(V, D, generator=generator))
-        proj.bias.copy_(torch.randn(V, generator=generator))
-    tgt_out = torch.randint(3, V, (B, T), generator=generator)
-    tgt_out[0, 3:] = PAD  # padding at the end of one row
-    tgt_out[1, 4] = PAD
-    return features, proj, tgt_out
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.4])

@@ -124,7 +124,8 @@ def greedy_decode(
         if step == 0 and cache is not None:
             kernels.first_step_done(cache)
         logits = next_token_logits(model, features)  # (B_active, V)
-        logits = steer.restrict(logits, step, torch.arange(logits.size(0), device=device))
+        if steering is not None:  # (no per-step work for a search without one)
+            logits = steering.restrict(logits, step, torch.arange(logits.size(0), device=device))
         next_tokens = kernels.best_token(logits) if choose is None else choose(logits)  # (B_active,)
         tokens[:, step + 1] = next_tokens
         done = (next_tokens == eos_id) | (step + 1 >= limits)  # (B_active,)
@@ -254,7 +255,7 @@ def _collect_finished(
         finished[i].append((norm, prefix if token == eos_id else prefix + [token], log_p))
 
 
-def _best_extensions(beams: _Beams, features, model, step: int, first: bool, kernels: Kernels, steer):
+def _best_extensions(beams: _Beams, features, model, step: int, first: bool, kernels: Kernels, steering):
     """The 2K best one-token extensions of each sentence's K hypotheses by log P: (scores, row extended,
     token), each (n, 2K). features (n·K, 1, D): the decoder's output; when ``first`` (n, 1, D), one row
     per sentence, since its K beams are all the start token.
@@ -264,10 +265,12 @@ def _best_extensions(beams: _Beams, features, model, step: int, first: bool, ker
     """
     n, K = beams.active.numel(), beams.scores.numel() // beams.active.numel()
     k = min(2 * K, model.output_proj.out_features)  # k' = 2K, or V if smaller
-    hypotheses = torch.arange(0, n * K, K if first else 1, device=features.device)  # of each features row
+    restrict = None
+    if steering is not None:
+        hypotheses = torch.arange(0, n * K, K if first else 1, device=features.device)  # of each row
 
-    def restrict(log_probs: torch.Tensor, rows: slice) -> torch.Tensor:
-        return steer.restrict(log_probs, step, hypotheses[rows])
+        def restrict(log_probs: torch.Tensor, rows: slice) -> torch.Tensor:
+            return steering.restrict(log_probs, step, hypotheses[rows])
 
     row_log_probs, row_tokens = kernels.row_best(features, model, k, beams.scores.dtype, restrict)  # (·, k')
     if first:  # one row per sentence scored: the same scores for its K beams (only the first one is alive)
@@ -317,7 +320,7 @@ def beam_search(
         if step == 0:
             kernels.first_step_done(cache)
         top_scores, origin, next_tokens = _best_extensions(
-            beams, features, model, step, first, kernels, steer
+            beams, features, model, step, first, kernels, steering
         )
         done = _finish_hypotheses(
             beams, top_scores, next_tokens, origin, step, eos_id, length_penalty, outputs, finished
