@@ -7,7 +7,7 @@ DATA_DIR ?=
 CONFIG ?= configs/multi30k_de_en.yaml
 RUN_DIR ?= runs/multi30k_de_en
 TRAIN_FLAGS ?=  # e.g. --overwrite to train again into RUN_DIR, --resume to continue it
-PYTEST_FLAGS ?=  # e.g. -x, -k attention, tests/test_model.py
+PYTEST_FLAGS ?=  # e.g. -x, -k attention, tests/core/test_model.py
 
 .PHONY: help setup data train test lint clean
 

@@ -7,7 +7,7 @@
 Each file's prose is written by hand; the generated part lies between the two MARKERS lines.
 
     python docs/generate.py           # rewrite both generated parts
-    python docs/generate.py --check   # exit 1 if either is not what the code gives (tests/test_docs.py)
+    python docs/generate.py --check   # exit 1 if either is not what the code gives (tests/house/test_docs.py)
 """
 
 import argparse

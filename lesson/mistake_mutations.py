@@ -1,6 +1,6 @@
 """Patch each classic attention mistake into a copy of the package and list the tests that catch it.
 
-    python lesson/mistake_mutations.py [--tests tests/test_attention.py ...] [--only no_scale ...]
+    python lesson/mistake_mutations.py [--tests tests/core/test_attention.py ...] [--only no_scale ...]
 
 A test suite that still passes with a mistake patched in is a defect. For each mistake, this script copies
 the checkout (its tracked and new files) into a temporary folder, rewrites one line of ``transformer/`` there,
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ["tests/test_attention.py", "tests/test_stacks.py"]  # the tests of the attention code itself
+TESTS = ["tests/core/test_attention.py", "tests/core/test_stacks.py"]  # the tests of the attention code itself
 CAUSAL_ENCODER = (
     "        src_mask = torch.ones(x.size(1), x.size(1), dtype=torch.bool, device=x.device).tril() & (\n"
     "            True if src_mask is None else src_mask)  # MISTAKE: a causal encoder\n"

@@ -1,5 +1,6 @@
-"""Shared test helpers: deterministic seeds, the PyTorch reference modules with our weights copied in,
-and a tiny checkpoint trained once per session."""
+"""The fixtures every test folder shares: deterministic seeds, a token cache of the test run's own,
+Multi30k and a tokenizer trained on it, synthetic sentence lengths, and a tiny checkpoint trained once per
+test run. The plain helpers (paths, random models, in-process commands) are in helpers.py."""
 
 import atexit
 import os
@@ -11,8 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import DATA_DIR, ROOT
 
 from transformer.training import multi30k
+from transformer.training.corpus import Corpus
+from transformer.training.multi30k import load_multi30k
+from transformer.training.tokenizer_job import train_tokenizer
 
 # The token cache of the whole session (and of the train.py runs it starts) in one temporary folder, so that
 # the tests neither read nor fill the user's own cache; $TRANSFORMER_MT_CACHE given to pytest is kept.
@@ -26,23 +31,12 @@ def _seed():
     torch.manual_seed(0)
 
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-# Multi30k, found by the project's one rule ($MULTI30K_DIR, else data/multi30k: data/README.md). `make test`
-# fetches it first (`make data`); a test never skips for missing data, it fails and says how to get it.
-DATA_DIR, _ = multi30k.locate()
-
-
 @pytest.fixture
 def onednn_env(monkeypatch):
     """No ONEDNN_PRIMITIVE_CACHE_CAPACITY in the environment, and whatever the test sets (bf16 sets it:
     runtime.size_onednn_cache) undone after it."""
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")  # recorded, so undone after the test
     monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
-
-
-needs_data = pytest.mark.usefixtures("multi30k_dir")  # a test that reads DATA_DIR: fails without it
 
 
 @pytest.fixture(scope="session")
@@ -71,15 +65,22 @@ def tiny_checkpoint(tmp_path_factory, multi30k_dir) -> Path:
     return run_dir / "best.pt"
 
 
-def as_pre_norm(checkpoint: Path, path: Path) -> Path:
-    """The checkpoint made pre-norm (``model.norm_first: true``) with seeded final LayerNorms off 1 / 0:
-    the same trained layers, another function, for the exports of pre-norm models."""
-    state = torch.load(checkpoint, weights_only=True)
-    state["config"]["model"]["norm_first"] = True
-    D = state["model"]["encoder.layers.0.ffn_norm.weight"].numel()
-    g = torch.Generator().manual_seed(3)
-    for stack in ("encoder", "decoder"):
-        state["model"][f"{stack}.final_norm.weight"] = 1.0 + 0.2 * torch.randn(D, generator=g)  # (D,)
-        state["model"][f"{stack}.final_norm.bias"] = 0.2 * torch.randn(D, generator=g)  # (D,)
-    torch.save(state, path)
-    return path
+@pytest.fixture(scope="session")
+def de_en(multi30k_dir) -> Corpus:
+    return load_multi30k("de", "en", data_dir=multi30k_dir)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(de_en, tmp_path_factory):
+    train = de_en["train"].head(3000)
+    sentences = [sentence for pair in zip(train.src, train.tgt) for sentence in pair]
+    return train_tokenizer(sentences, tmp_path_factory.mktemp("spm") / "de_en", vocab_size=1000)
+
+
+@pytest.fixture(scope="session")
+def lengths() -> tuple[list[int], list[int]]:
+    """3000 synthetic (source, target) lengths in tokens, plus two pairs too long for any budget."""
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(1, 60, (3000,), generator=generator)
+    tgt = (src + torch.randint(-5, 6, (3000,), generator=generator)).clamp(min=1)
+    return src.tolist() + [500, 3], tgt.tolist() + [4, 700]

@@ -133,7 +133,7 @@ def recall_card() -> Section:
     s.say(f"softmax(0, ln 3) = {rounded(weights, 4)}  (e^0 : e^ln 3 = 1 : 3)")
     s.say(
         "causal training equals generating one token at a time: "
-        "tests/test_attention.py::test_cached_self_attention_equals_full checks it"
+        "tests/core/test_attention.py::test_cached_self_attention_equals_full checks it"
     )
     s.numbers.update(weights=weights.tolist())
     return s

@@ -1,5 +1,5 @@
 """Multi-head attention for the fast tier: ``MultiHeadAttention`` with three of its steps done faster, the
-same numbers (tests/test_fast_attention.py):
+same numbers (tests/fast/test_fast_attention.py):
 
 - ``attend``: dropout on the weights with the CPU's cheaper random mask (``dropout.py``);
 - beam search's cross-attention: the K beams of each of n sentences attend to that sentence's one memory

@@ -13,7 +13,7 @@ The gradient with respect to the logits has a closed form,
 so each block's gradients (features, weight, bias) are computed right after its loss, in the forward pass,
 and the backward pass only scales them by the incoming gradient. Padding rows are skipped: they have no
 loss and no gradient. ``output_loss`` equals ``token_loss`` to float rounding, gradients included
-(tests/test_fast_output_loss.py).
+(tests/fast/test_fast_output_loss.py).
 """
 
 from collections.abc import Sequence

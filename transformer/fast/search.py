@@ -1,5 +1,5 @@
 """The searches' inner operations, faster on the CPU and equal in results to the plain ones of
-``core/decoding.py``'s ``Kernels`` (tests/test_fast_search.py compares whole searches):
+``core/decoding.py``'s ``Kernels`` (tests/fast/test_fast_search.py compares whole searches):
 
 - ``best_token``: ``max(dim).indices``, the same index as ``argmax`` and faster on the CPU;
 - ``row_best``: the output layer and the scoring SCORE_ROWS rows at a time on a CPU (a bounded buffer,
@@ -43,7 +43,7 @@ class FastKernels(Kernels):
         for start in range(0, features.size(0), chunk):
             rows = slice(start, start + chunk)
             logits = next_token_logits(model, features[rows]).to(dtype)  # (r, V)
-            # in place: each row is read whole before it is written (tests/test_fast_search.py pins it)
+            # in place: each row is read whole before it is written (tests/fast/test_fast_search.py pins it)
             scores = torch._log_softmax(logits, -1, False, out=logits)  # (r, V) log p
             if restrict is not None:
                 scores = restrict(scores, rows)
