@@ -8,7 +8,8 @@ The last form writes docs/validation_curve.png (validation BLEU and loss against
 RUN_DIR/results.json) and docs/cross_attention.png (the last decoder layer's cross-attention, mean of heads,
 for the sentence translated greedily by RUN_DIR/best.pt). The table holds current figures only, each
 linking to its section of docs/benchmarks.md (which gives its machine, date and command); budgets come from
-the configs themselves, so that the README cannot disagree with them; tests/house/test_readme.py checks the table.
+the configs themselves, so that the README cannot disagree with them; tests/house/test_readme.py checks
+the table.
 """
 
 import argparse

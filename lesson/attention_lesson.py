@@ -8,7 +8,8 @@ Part A follows §3.2 of the paper step by step (Eq. 1, the √d_k footnote, mult
 mask, the classic mistakes); part B the properties behind it (the variance theorem, the softmax Jacobian,
 masks, counting, equivariance, a worked example). Where a figure depends on a random draw that the source
 text does not pin, ours is printed with the text's figure beside it. docs/attention.md explains each section;
-its blocks of output are this script's, so that they cannot drift (tests/lesson/test_lesson_numbers.py checks).
+its blocks of output are this script's, so that they cannot drift
+(tests/lesson/test_lesson_numbers.py checks).
 """
 
 import argparse

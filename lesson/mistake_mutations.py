@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ["tests/core/test_attention.py", "tests/core/test_stacks.py"]  # the tests of the attention code itself
+# the tests of the attention code itself
+TESTS = ["tests/core/test_attention.py", "tests/core/test_stacks.py"]
 CAUSAL_ENCODER = (
     "        src_mask = torch.ones(x.size(1), x.size(1), dtype=torch.bool, device=x.device).tril() & (\n"
     "            True if src_mask is None else src_mask)  # MISTAKE: a causal encoder\n"

@@ -1,4 +1,5 @@
-"""Run under torchrun by tests/training/test_training_paths.py (2 CPU processes, gloo); writes OUT/ddp_report.json.
+"""Run under torchrun by tests/training/test_training_paths.py (2 CPU processes, gloo); writes
+OUT/ddp_report.json.
 
 Each rank takes its half of the same global batches (the halves hold different numbers of target tokens)
 as two micro-batches (of different numbers of target tokens too) through ``train.accumulate_gradients`` on

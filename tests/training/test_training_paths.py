@@ -228,9 +228,9 @@ def test_compile_trains_on_the_cpu(tmp_path):
 
 @needs_data
 def test_torchrun_ranks_stay_identical_and_match_one_process(tmp_path):
-    """tests/training/ddp_check.py under torchrun (2 CPU processes, gloo): parameters identical across ranks after
-    several steps of 2 micro-batches per rank (gradients averaged over the ranks after the last one only),
-    disjoint shards, the loss and update of the single-process run on the same global batch, and
+    """tests/training/ddp_check.py under torchrun (2 CPU processes, gloo): parameters identical across
+    ranks after several steps of 2 micro-batches per rank (gradients averaged over the ranks after the last
+    one only), disjoint shards, the loss and update of the single-process run on the same global batch, and
     (test_train.py's torchrun run) different dropout masks per rank."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

@@ -1,6 +1,7 @@
 """The speed beside the paper: faster twins of the core's modules and of its searches' inner operations,
-each computing what its plain twin computes (tests/fast/test_fast_*.py compare them, values and gradients). The
-core never imports this tier; a run or a ``Translator`` chooses it by name (``train.fast``, ``fast=``):
+each computing what its plain twin computes (tests/fast/test_fast_*.py compare them, values and
+gradients). The core never imports this tier; a run or a ``Translator`` chooses it by name
+(``train.fast``, ``fast=``):
 
     twins.py        speed_up(model): each module replaced by its fast twin
     dropout.py      dropout with a cheaper random mask on the CPU; ReLU and dropout with one mask

@@ -1,8 +1,8 @@
 """Our modules beside PyTorch's reference implementations: copy our weights into ``nn.MultiheadAttention`` /
 ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer`` and measure the largest difference.
 
-The oracle of the parity tests (tests/core/test_attention.py, tests/core/test_stacks.py), of the lessons and of
-``bench/parity.py``: a module of the package, so that each imports it as it is.
+The oracle of the parity tests (tests/core/test_attention.py, tests/core/test_stacks.py), of the lessons
+and of ``bench/parity.py``: a module of the package, so that each imports it as it is.
 PyTorch's masks mean the opposite of ours (True = blocked): they are translated here, at the boundary.
 """
 
