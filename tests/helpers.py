@@ -105,8 +105,18 @@ def as_pre_norm(checkpoint: Path, path: Path) -> Path:
 # -------- commands, in-process -------------------------------------------------------------------
 
 
-def run_train(run_dir: Path, *overrides: str, resume: bool = False) -> int:
-    argv = ["--config", TINY, "--run-dir", str(run_dir), "--data-dir", str(DATA_DIR)]
+# Drawing the validation sentences' attention takes most of a tiny run's time: the runs of the tests that do
+# not look at the pictures draw none.
+NO_HEATMAPS = "eval.n_alignment_sentences=0"
+
+
+def run_train(
+    run_dir: Path, *overrides: str, resume: bool = False, heatmaps: bool = False, flags: tuple[str, ...] = ()
+) -> int:
+    """train.py's main on the tiny config with these ``--set`` overrides (and ``flags``) -> its exit code;
+    without ``heatmaps``, no attention pictures."""
+    argv = ["--config", TINY, "--run-dir", str(run_dir), "--data-dir", str(DATA_DIR), *flags]
+    overrides = overrides if heatmaps else (NO_HEATMAPS, *overrides)
     argv += [f"--set={o}" for o in overrides] + (["--resume"] if resume else [])
     return train.main(argv)
 

@@ -212,5 +212,5 @@ def test_the_tests_live_in_folders_that_mirror_the_tiers():
     tests = ROOT / "tests"
     folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
     assert folders == (set(TIERS) - {"reference"}) | TEST_FOLDERS
-    assert sorted(p.name for p in tests.glob("*.py")) == ["conftest.py", "helpers.py"]
+    assert sorted(p.name for p in tests.glob("*.py")) == ["conftest.py", "helpers.py", "servers.py"]
     assert all(any(folder.glob("test_*.py")) for folder in map(tests.joinpath, folders))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ROOT
+from helpers import NO_HEATMAPS, ROOT
 
 from transformer.core.config import ConfigError
 from transformer.runtime.configs import load_config
@@ -45,7 +45,9 @@ def config_with(corpora: list[dict], *overrides: str):
 
 def train(tmp_path: Path, name: str, corpora: list[dict], *overrides: str) -> subprocess.CompletedProcess:
     sets = [
-        x for override in (f"data.corpora={json.dumps(corpora)}", *overrides) for x in ("--set", override)
+        x
+        for override in (f"data.corpora={json.dumps(corpora)}", NO_HEATMAPS, *overrides)
+        for x in ("--set", override)
     ]
     command = [sys.executable, "train.py", "--config", "tiny", "--run-dir", str(tmp_path / name), *sets]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -26,7 +26,7 @@ from transformer.training.resume import load_optimizer_state
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("tiny_run")
-    assert run_train(run_dir) == 0
+    assert run_train(run_dir, heatmaps=True) == 0  # test_end_to_end_run_writes_every_artefact looks
     return run_dir
 
 

@@ -6,14 +6,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import sacrebleu
 import torch
 import torch.nn.functional as F
-from helpers import DATA_DIR, ROOT, needs_data
+from helpers import DATA_DIR, ROOT, needs_data, run_train
 
 import train
 from transformer.core.batches import collate
@@ -25,14 +24,6 @@ from transformer.runtime.checkpoints import load_for_inference
 from transformer.training.averaging import average_checkpoints, step_checkpoints
 from transformer.training.averaging import main as average_main
 from transformer.training.ranks import Runtime
-
-TINY = str(ROOT / "configs/tiny.yaml")
-
-
-def run_train(run_dir: Path, *overrides: str, flags: tuple[str, ...] = ()) -> int:
-    argv = ["--config", TINY, "--run-dir", str(run_dir), "--data-dir", str(DATA_DIR), *flags]
-    return train.main(argv + [f"--set={o}" for o in overrides])
-
 
 # -------- gradient accumulation -------------------------------------------------------------------
 
