@@ -83,6 +83,15 @@ def without_rounding(text: str) -> str:
     return ROUNDING.sub("<rounding>", text)
 
 
+def check_doc(path: Path, texts: dict[str, str]) -> int:
+    """1 (and a line saying so) when the doc's blocks or code links are not what ``texts`` (each section's
+    printed text, by key) and the code make of them, else 0."""
+    doc = path.read_text(encoding="utf-8")
+    drifted = without_rounding(fix_links(fill_doc(doc, texts))) != without_rounding(doc)
+    print(f"{path}: {'has drifted: run --write-doc' if drifted else 'up to date'}")
+    return int(drifted)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write-doc", type=Path, help="refresh the printed blocks of this Markdown file")
@@ -90,16 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     numbered = run_sections()
     texts = {section.key: section_text(number, section) for _, number, section in numbered}
-    if args.write_doc or args.check_doc:
-        path = args.write_doc or args.check_doc
-        doc = path.read_text(encoding="utf-8")
-        filled = fix_links(fill_doc(doc, texts))
-        if args.write_doc:
-            path.write_text(filled, encoding="utf-8")
-            return 0
-        drifted = without_rounding(filled) != without_rounding(doc)
-        print(f"{path}: {'has drifted: run --write-doc' if drifted else 'up to date'}")
-        return int(drifted)
+    if args.write_doc:
+        args.write_doc.write_text(
+            fix_links(fill_doc(args.write_doc.read_text(encoding="utf-8"), texts)), "utf-8"
+        )
+        return 0
+    if args.check_doc:
+        return check_doc(args.check_doc, texts)
     part = None
     for section_part, _, section in numbered:
         if section_part != part:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,19 +96,29 @@ def mutate(copy: Path, name: str) -> None:
     (copy / path).write_text(text.replace(old, new), encoding="utf-8")
 
 
+def run_in_copy(name: str | None, tests: list[str]) -> tuple[list[str], str, float]:
+    """Patch the mistake ``name`` (None: none) into a fresh copy of the checkout and run ``tests`` there ->
+    (failed test ids, the summary line, seconds)."""
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder)
+        copy_checkout(copy)
+        if name:
+            mutate(copy, name)
+        start = time.perf_counter()
+        failed, summary = failing_tests(copy, tests)
+    return failed, summary, time.perf_counter() - start
+
+
 def run_mutations(tests: list[str], only: list[str] | None = None) -> dict[str, list[str]]:
-    """Each mistake's failing tests (test ids), after a run with no mistake that must pass; printed."""
+    """Each mistake's failing tests (test ids), after a run with no mistake that must pass; printed. The
+    copies are tested side by side, one per CPU core (at most 4)."""
+    names = [None, *(only or MUTATIONS)]
+    with ThreadPoolExecutor(max_workers=min(os.cpu_count() or 1, 4)) as pool:
+        runs = list(pool.map(lambda name: run_in_copy(name, tests), names))
     results = {}
-    for name in [None, *(only or MUTATIONS)]:
-        with tempfile.TemporaryDirectory() as folder:
-            copy = Path(folder)
-            copy_checkout(copy)
-            if name:
-                mutate(copy, name)
-            start = time.perf_counter()
-            failed, summary = failing_tests(copy, tests)
+    for name, (failed, summary, seconds) in zip(names, runs):
         label = name or "(no mistake)"
-        print(f"{label:<26} {len(failed):3d} tests fail  [{summary}]  {time.perf_counter() - start:.0f} s")
+        print(f"{label:<26} {len(failed):3d} tests fail  [{summary}]  {seconds:.0f} s")
         for test in failed[:4]:
             print(f"{'':<26}   {test}")
         if name is None and failed:

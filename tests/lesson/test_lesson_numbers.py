@@ -32,14 +32,20 @@ def test_the_doc_shows_what_the_script_prints_and_links_hold_their_code(capsys):
 
 
 def test_the_doc_check_catches_a_changed_number_and_a_stale_link(tmp_path):
+    texts = {
+        section.key: attention_lesson.section_text(n, section)
+        for _, n, section in attention_lesson.run_sections()
+    }
     doc = (ROOT / "docs" / "attention.md").read_text(encoding="utf-8")
+    (tmp_path / "attention.md").write_text(doc, encoding="utf-8")
+    assert attention_lesson.check_doc(tmp_path / "attention.md", texts) == 0
     for broken in (
         doc.replace("0.576   0.140   0.284", "0.576   0.141   0.284", 1),
         doc.replace("attention.py#L36", "attention.py#L37", 1),
     ):
         assert broken != doc
         (tmp_path / "attention.md").write_text(broken, encoding="utf-8")
-        assert attention_lesson.main(["--check-doc", str(tmp_path / "attention.md")]) == 1
+        assert attention_lesson.check_doc(tmp_path / "attention.md", texts) == 1
 
 
 # ---------------------------------------------------------------- part A: §3.2 step by step
