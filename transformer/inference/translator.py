@@ -47,6 +47,7 @@ from transformer.core.model import Transformer
 from transformer.core.tokenizer import Tokenizer
 from transformer.fast.search import FAST
 from transformer.inference.alignment import word_alignment
+from transformer.inference.constraints import GREEDY_BEAM, Constraints, Together, constrained_beam_search
 from transformer.inference.nbest import beam_search_nbest
 from transformer.inference.prefix import Prefix
 from transformer.inference.quantize import quantized_decoding_model
@@ -70,6 +71,7 @@ class Hypothesis(NamedTuple):
     log_prob: float  # log P(ids [+ EOS] | source), natural log
     ended: bool  # ended with EOS (False: stopped at the length limit)
     score: float = float("nan")  # what beam search ranks by: log_prob / lp(tokens + EOS), lp of GNMT (§6.1)
+    met: bool = True  # holds every constraint phrase (False: none found within the length limit did)
 
 
 def encode_lines(
@@ -221,6 +223,28 @@ class Translator:
         ids = encode_lines(sentences, self.tokenizer.target_side, self.max_target_tokens, where, self.warn)
         return [i or [] for i in ids]
 
+    def encode_constraints(
+        self, constraints: list[list[str]], where: str = "sentence {n}"
+    ) -> list[list[list[int]]]:
+        """Per sentence, the target ids of each of its constraint phrases; a ``ValueError`` naming the
+        sentence for a phrase that tokenizes to nothing or phrases that fill the model's positions."""
+        encoded = []
+        for n, phrases in enumerate(constraints, start=1):
+            if isinstance(phrases, str):
+                raise TypeError(f"{where.format(n=n)}: constraints are a list of phrases, not one str")
+            ids = [one or None for one in self.tokenizer.target_side.encode_batch(list(phrases))]  # whole
+            for j, (phrase, one) in enumerate(zip(phrases, ids), start=1):
+                if one is None:
+                    raise ValueError(f"{where.format(n=n)}: constraint {j} ({phrase!r}) tokenizes to nothing")
+            tokens, room = sum(map(len, ids)), self.model.config.max_positions - 1  # EOS takes a place
+            if tokens > room:
+                raise ValueError(
+                    f"{where.format(n=n)}: its constraints hold {tokens} tokens, more than a translation "
+                    f"can ({room})"
+                )
+            encoded.append(ids)
+        return encoded
+
     def decode(self, ids: list[int]) -> str:
         """Ids -> one line of text (a newline inside a translation would shift every later line)."""
         return self.tokenizer.decode(ids).replace("\r", " ").replace("\n", " ")
@@ -235,48 +259,89 @@ class Translator:
     def translate_ids(
         self, sources: list[list[int] | None], beam: int | None = None, nbest: int | None = None,
         with_scores: bool = False, prefixes: list[list[int]] | None = None, sampling: Sampling | None = None,
+        constraints: list[list[list[int]]] | None = None,
     ) -> list[list[Hypothesis]]:  # fmt: skip
         """Per source, its ``nbest`` (default 1) best translations, best first; a blank source (None) gets
         one empty hypothesis. Scores (``log_prob``) only with ``nbest`` or ``with_scores``, else NaN.
 
         Greedy decoding for beam 1 (its scores teacher-forced), beam search otherwise (its scores its own);
         the first hypothesis is always the one ``translate`` gives without scores. ``prefixes``: per source,
-        target ids its translations start with ([]: none). ``sampling``: draw each token (beam 1 only)."""
+        target ids its translations start with ([]: none). ``sampling``: draw each token (beam 1 only).
+        ``constraints``: per source, target phrases (each a list of ids) its translation must contain
+        ([]: none); those sources go through ``constraints.constrained_beam_search`` (beam 1: beam
+        ``constraints.GREEDY_BEAM``), the others through the plain searches, as without constraints."""
         settings = self._settings(beam)
         if nbest is not None and not 1 <= nbest <= settings.beam_size:
             raise ValueError(f"nbest must be in [1, beam={settings.beam_size}], got {nbest}")
         if sampling is not None and settings.beam_size > 1:  # with scores or n-best lists too
             raise ValueError(f"sampling draws one token at a time: it needs beam 1, not {settings.beam_size}")
-        if prefixes is not None and len(prefixes) != len(sources):
-            raise ValueError(f"{len(sources)} sources but {len(prefixes)} prefixes")
+        for name, given in (("prefixes", prefixes), ("constraints", constraints)):
+            if given is not None and len(given) != len(sources):
+                raise ValueError(f"{len(sources)} sources but {len(given)} {name}")
         todo = [i for i, src in enumerate(sources) if src is not None]
-        results = [[Hypothesis([], 0.0, True, 0.0)] for _ in sources]
-        src_ids = [sources[i] for i in todo]
-        todo_prefixes = None if prefixes is None else [prefixes[i] for i in todo]
-        no_prefixes = [None] * len(todo)
-        if settings.beam_size > 1 and (nbest is not None or with_scores):
-            searched = self.search_nbest(src_ids, settings, nbest or 1, todo_prefixes)
-            found = [[Hypothesis(ids, p, self.ended(src, ids, pre)) for ids, p in hyps]
-                     for src, hyps, pre in zip(src_ids, searched, todo_prefixes or no_prefixes)]  # fmt: skip
-        else:
-            hyp_ids = self.search(src_ids, settings, prefixes=todo_prefixes, sampling=sampling)
-            ended = [self.ended(*row) for row in zip(src_ids, hyp_ids, todo_prefixes or no_prefixes)]
-            scores = (
-                self.score_ids(src_ids, hyp_ids, ended)
-                if with_scores or nbest
-                else [float("nan")] * len(todo)
+        phrased = [i for i in todo if constraints is not None and constraints[i]]
+        if phrased and (sampling is not None or nbest is not None):
+            raise ValueError(
+                "constraints are met by the constrained beam search: not with sampling or n-best lists"
             )
-            found = [[Hypothesis(*h)] for h in zip(hyp_ids, scores, ended)]
+        plain = sorted(set(todo) - set(phrased))
+        results = [[Hypothesis([], 0.0, True, 0.0)] for _ in sources]
+        rows = lambda chosen, given: None if given is None else [given[i] for i in chosen]  # noqa: E731
+        found = self._hypotheses(
+            [sources[i] for i in plain], settings, nbest, with_scores, rows(plain, prefixes), sampling
+        )
+        if phrased:
+            found += self._constrained([sources[i] for i in phrased], settings, with_scores,
+                                       rows(phrased, prefixes), rows(phrased, constraints))  # fmt: skip
         lp = lambda h: length_normaliser(len(h.ids) + h.ended, settings.length_penalty)  # noqa: E731
-        for i, hyps in zip(todo, found):
+        for i, hyps in zip(plain + phrased, found):
             results[i] = [h._replace(score=h.log_prob / lp(h)) for h in hyps]
         return results
 
-    def ended(self, src: list[int], hyp: list[int], prefix: list[int] | None = None) -> bool:
-        """Whether a translation of ``src`` (made to start with ``prefix``) ended with EOS, not cut at the
-        length limit."""
-        steering = Prefix.of([prefix], [0], "cpu", self.model.config.max_positions)
+    def _hypotheses(
+        self, src_ids, settings, nbest, with_scores, prefixes, sampling
+    ) -> list[list[Hypothesis]]:
+        """``translate_ids`` without constraints, for sources that are not blank."""
+        no_prefixes = [None] * len(src_ids)
+        if settings.beam_size > 1 and (nbest is not None or with_scores):
+            searched = self.search_nbest(src_ids, settings, nbest or 1, prefixes)
+            return [[Hypothesis(ids, p, self.ended(src, ids, pre)) for ids, p in hyps]
+                    for src, hyps, pre in zip(src_ids, searched, prefixes or no_prefixes)]  # fmt: skip
+        hyp_ids = self.search(src_ids, settings, prefixes=prefixes, sampling=sampling)
+        ended = [self.ended(*row) for row in zip(src_ids, hyp_ids, prefixes or no_prefixes)]
+        scores = (
+            self.score_ids(src_ids, hyp_ids, ended) if with_scores or nbest else [float("nan")] * len(src_ids)
+        )
+        return [[Hypothesis(*h)] for h in zip(hyp_ids, scores, ended)]
+
+    def _constrained(self, src_ids, settings, with_scores, prefixes, constraints) -> list[list[Hypothesis]]:
+        """``translate_ids`` for sources with constraints: the constrained search's best hypothesis."""
+        if settings.beam_size == 1:
+            settings = dataclasses.replace(settings, beam_size=GREEDY_BEAM)
+        searched = self.search_constrained(src_ids, settings, constraints, prefixes)
+        pres = prefixes or [None] * len(src_ids)
+        ended = [self.ended(src, ids, pre, phrases) for src, (ids, _), pre, phrases in
+                 zip(src_ids, searched, pres, constraints)]  # fmt: skip
+        hyp_ids = [ids for ids, _ in searched]
+        scores = self.score_ids(src_ids, hyp_ids, ended) if with_scores else [float("nan")] * len(src_ids)
+        return [[Hypothesis(ids, p, e, met=met)] for (ids, met), p, e in zip(searched, scores, ended)]
+
+    def ended(
+        self, src: list[int], hyp: list[int], prefix: list[int] | None = None, phrases: list | None = None
+    ) -> bool:
+        """Whether a translation of ``src`` (made to start with ``prefix``, to contain ``phrases``) ended
+        with EOS, not cut at the length limit."""
+        steering = self._steering([prefix], [phrases] if phrases else None, [0], "cpu")
         return ended_with_eos(self.model, src, hyp, self.settings.max_len_offset, steering)
+
+    def _steering(self, prefixes, constraints, rows: list[int], device):
+        """The steering of a batch's ``rows``: their prefixes, their constraints, both or None."""
+        max_positions = self.model.config.max_positions
+        prefix = Prefix.of(prefixes, rows, device, max_positions)
+        if constraints is None:
+            return prefix
+        wanted = Constraints.of([constraints[i] for i in rows], self.model.eos_id, max_positions, device)
+        return wanted if prefix is None else Together(prefix, wanted)
 
     def score_ids(
         self, sources: list[list[int] | None], targets: list[list[int]], with_eos: list[bool] | None = None
@@ -344,6 +409,25 @@ class Translator:
             return beam_search_nbest(
                 model, src, s.beam_size, s.length_penalty, s.max_len_offset, nbest, steering, kernels
             )
+
+        return self._in_batches(src_ids, s, decode)
+
+    @torch.no_grad()
+    def search_constrained(
+        self, src_ids: list[list[int]], settings: EvalConfig, constraints: list[list[list[int]]],
+        prefixes: list[list[int]] | None = None,
+    ) -> list[tuple[list[int], bool]]:  # fmt: skip
+        """The constrained beam search (``settings.beam_size``): per source, (its best translation's ids,
+        whether it holds every phrase of its ``constraints``)."""
+        s, model, kernels = settings, self.model, self.kernels
+
+        def decode(src: torch.Tensor, rows: list[int]) -> list[tuple[list[int], bool]]:
+            prefix = Prefix.of(prefixes, rows, self.device, model.config.max_positions)
+            phrases = [constraints[i] for i in rows]
+            outputs, met = constrained_beam_search(
+                model, src, s.beam_size, s.length_penalty, s.max_len_offset, phrases, prefix, kernels
+            )
+            return list(zip(outputs, met))
 
         return self._in_batches(src_ids, s, decode)
 
@@ -429,18 +513,25 @@ class Translator:
         prefix: list[str] | None = None,
         sampling: Sampling | None = None,
         target_lang: str | None = None,
+        constraints: list[list[str]] | None = None,
     ) -> list:
         """Translations of ``sentences`` (a list of str), in order: per sentence its text; with
         ``with_scores`` (text, log-prob); with ``nbest`` a list of the ``nbest`` best (texts, or (text,
         log-prob) pairs), best first. ``beam``: beam size (default: the settings'; 1 = greedy).
         ``prefix``: per sentence, target text its translation starts with ("" = none); the rest is
         searched, and scores count the whole translation. ``sampling``: draw tokens instead (beam 1).
-        ``target_lang``: the language to translate into (multilingual models; default: the translator's)."""
+        ``target_lang``: the language to translate into (multilingual models; default: the translator's).
+        ``constraints``: per sentence, target phrases its translation must contain ([]: none); a sentence
+        whose translation could not hold them all within the length limit is named in a warning."""
         if isinstance(sentences, str):
             raise TypeError("translate() takes a list of sentences, not one str")
         prefixes = None if prefix is None else self.encode_targets(list(prefix), "prefix {n}")
+        phrases = None if constraints is None else self.encode_constraints(constraints)
         sources = self.encode(list(sentences), target_lang=target_lang)
-        results = self.translate_ids(sources, beam, nbest, with_scores, prefixes, sampling)
+        results = self.translate_ids(sources, beam, nbest, with_scores, prefixes, sampling, phrases)
+        for n, hyps in enumerate(results, start=1):
+            if not hyps[0].met:
+                self.warn(f"sentence {n}: no translation within the length limit holds every constraint")
         view = [[(self.decode(h.ids), h.log_prob) if with_scores else self.decode(h.ids) for h in hyps]
                 for hyps in results]  # fmt: skip
         return view if nbest is not None else [hyps[0] for hyps in view]
