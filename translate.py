@@ -20,11 +20,13 @@ from transformer.inference.text_lines import (
     InputError,
     argument_lines,
     open_output,
+    read_constraints,
+    read_prefixes,
     read_text,
     stream_lines,
     write_lines,
 )
-from transformer.inference.translator import Translator
+from transformer.inference.translator import Translator, warn
 from transformer.interop.formats import is_released, run_checkpoint
 from transformer.runtime.metrics import bleu_chrf
 from transformer.runtime.precision import DeviceError
@@ -133,10 +135,11 @@ def load_translator(args) -> Translator:
 
 
 def process(
-    translator: Translator, lines: list[str], first: int, where: str, args, targets=None, prefixes=None
-) -> list[Record]:
-    """The records of input lines first, first + 1, ...: translations (starting with ``prefixes``), or
-    scores of ``targets``."""
+    translator: Translator, lines: list[str], first: int, where: str, args, targets=None, prefixes=None,
+    constraints=None,
+) -> list[Record]:  # fmt: skip
+    """The records of input lines first, first + 1, ...: translations (starting with ``prefixes``, holding
+    ``constraints``), or scores of ``targets``."""
     sources = translator.encode(lines, where)
     if targets is not None:  # --score-reference
         scores = translator.score_ids(sources, targets)
@@ -151,9 +154,11 @@ def process(
         else None
     )
     found = translator.translate_ids(sources, 1 if args.sample else None, args.nbest, args.with_scores,
-                                     prefixes, sampling)  # fmt: skip
+                                     prefixes, sampling, constraints)  # fmt: skip
     records = []
     for n, (src, hyps) in enumerate(zip(sources, found), start=first):
+        if not hyps[0].met:
+            warn(f"{where.format(n=n)}: no translation within the length limit holds every constraint")
         texts = [translator.decode(h.ids) for h in hyps]
         if args.nbest is not None:
             out = [
@@ -175,7 +180,8 @@ def translate(args) -> None:
         outputs = Outputs(args, translator)
         for n, line in stream_lines():
             where, prefixes = "<stdin> line {n}".replace("{n}", str(n)), read_prefixes(args, translator, 1)
-            outputs.write(process(translator, [line], n, where, args, prefixes=prefixes), n)
+            constraints = read_constraints(args, translator, 1)
+            outputs.write(process(translator, [line], n, where, args, None, prefixes, constraints), n)
         outputs.close(None)
         return
     if args.sentences:
@@ -195,23 +201,13 @@ def translate(args) -> None:
             if flag == "--score-reference":
                 escaped = ref_name.replace("{", "{{").replace("}", "}}")
                 targets, references = translator.encode_targets(references, escaped + " line {n}"), None
-    prefixes = read_prefixes(args, translator, len(lines))
+    prefixes, constraints = (
+        read_prefixes(args, translator, len(lines)),
+        read_constraints(args, translator, len(lines)),
+    )
     outputs = Outputs(args, translator)
-    outputs.write(process(translator, lines, 1, where, args, targets, prefixes), 1)
+    outputs.write(process(translator, lines, 1, where, args, targets, prefixes, constraints), 1)
     outputs.close(references)
-
-
-def read_prefixes(args, translator: Translator, n_lines: int) -> list[list[int]] | None:
-    """The target-side ids each translation starts with: --prefix-text for every line, or the --prefix
-    file's line ([] for an empty one); None without either."""
-    if args.prefix_text is not None:
-        return translator.encode_targets([args.prefix_text], "--prefix-text") * n_lines
-    if args.prefix is None:
-        return None
-    prefixes, name = read_text(args.prefix, "--prefix")
-    if len(prefixes) != n_lines:
-        raise InputError(f"--prefix {name} has {len(prefixes)} lines but the input has {n_lines}")
-    return translator.encode_targets(prefixes, name.replace("{", "{{").replace("}", "}}") + " line {n}")
 
 
 def main(argv=None) -> int:

@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 import torch
-from helpers import BOS, EOS, UNK, random_model, random_sources
+from helpers import BOS, EOS, UNK, random_model, random_sources, run_translate
 
 from transformer.core.decoding import beam_search, length_normaliser, max_lengths
 from transformer.inference.constraints import GREEDY_BEAM, Constraints, _allocate, constrained_beam_search
@@ -138,3 +138,49 @@ def test_bad_constraints_are_named(translator):
         translator.translate_ids(translator.encode(SENTENCES), constraints=[[[5]]])
     with pytest.raises(ValueError, match="not with sampling or n-best"):
         translator.translate(SENTENCES, beam=4, nbest=2, constraints=[["dog"], [], []])
+
+
+# -------- translate.py ----------------------------------------------------------------------------
+
+
+def test_translate_py_holds_the_constraints_of_every_line_and_of_each_line(tiny_checkpoint, tmp_path, capsys):
+    (tmp_path / "in.de").write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
+    (tmp_path / "terms.txt").write_text("red hat\tman\n\nbench\n", encoding="utf-8")
+    base = ["--checkpoint", str(tiny_checkpoint), "--input", str(tmp_path / "in.de"), "--beam", "4"]
+    flags = ["--constraints", str(tmp_path / "terms.txt"), "--constraint", "dog"]
+    code, lines, _ = run_translate(base + flags, capsys)
+    assert code == 0 and len(lines) == 3 and all("dog" in line for line in lines)
+    assert "red hat" in lines[0] and "man" in lines[0] and "bench" in lines[2]
+    translator = Translator.from_checkpoint(tiny_checkpoint, device="cpu")
+    assert lines == translator.translate(SENTENCES, beam=4, constraints=[["dog", "red hat", "man"], ["dog"],
+                                                                         ["dog", "bench"]])  # fmt: skip
+
+
+def test_translate_py_names_a_bad_constraints_file_in_one_line_and_exits_2(tiny_checkpoint, tmp_path, capsys):
+    (tmp_path / "in.de").write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
+    base = ["--checkpoint", str(tiny_checkpoint), "--input", str(tmp_path / "in.de")]
+    for text, message in (
+        ("dog\n", f"--constraints {tmp_path / 'terms.txt'} has 1 lines but the input has 3"),
+        (
+            "dog\n\ncat\t \n",
+            f"--constraints {tmp_path / 'terms.txt'} line 3: constraint 2 (' ') tokenizes to nothing",
+        ),
+    ):
+        (tmp_path / "terms.txt").write_text(text, encoding="utf-8")
+        code, lines, err = run_translate(base + ["--constraints", str(tmp_path / "terms.txt")], capsys)
+        assert (code, lines) == (2, []) and err.count("\n") == 1 and err.startswith(f"error: {message}"), err
+    code, _, err = run_translate(base + ["--constraint", "dog", "--nbest", "2", "--beam", "2"], capsys)
+    assert code == 2 and "--constraint steers the constrained beam search" in err
+
+
+def test_translate_py_warns_of_a_line_whose_translation_misses_a_constraint(
+    tiny_checkpoint, capsys, monkeypatch
+):
+    def nothing_met(self, src_ids, settings, constraints, prefixes=None):
+        return [([5], False) for _ in src_ids]
+
+    monkeypatch.setattr(Translator, "search_constrained", nothing_met)
+    argv = ["--checkpoint", str(tiny_checkpoint), "--constraint", "dog", *SENTENCES[:2]]
+    code, lines, err = run_translate(argv, capsys)
+    assert code == 0 and len(lines) == 2
+    assert "argument 2: no translation within the length limit holds every constraint" in err

@@ -3,6 +3,7 @@
 import argparse
 import sys
 
+from transformer.inference.constraints import GREEDY_BEAM
 from transformer.runtime.precision import DECODE_PRECISIONS
 from transformer.runtime.usage import UsageParser
 
@@ -193,6 +194,15 @@ def add_search_arguments(parser) -> None:
         help="the same target prefix for every input line (instead of --prefix FILE)",
     )  # fmt: skip
     parser.add_argument(
+        "--constraint", action="append", default=[], metavar="TEXT",
+        help="a target phrase every translation must contain, anywhere (terminology); repeat for several. "
+        f"Searched by the constrained beam search (greedy: beam {GREEDY_BEAM})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--constraints", default=None, metavar="FILE",
+        help="target phrases per input line, separated by tabs (an empty line = none), besides --constraint",
+    )  # fmt: skip
+    parser.add_argument(
         "--sample", action="store_true",
         help="draw each token from the model's distribution instead of searching (beam 1), e.g. for "
         "back-translation; see --top-k, --top-p, --temperature, --seed",
@@ -215,7 +225,13 @@ def add_search_arguments(parser) -> None:
 
 
 def check_search_arguments(parser, args) -> None:
-    """Usage errors of --prefix and sampling, before anything is loaded."""
+    """Usage errors of --prefix, constraints and sampling, before anything is loaded."""
+    constrained = "--constraint" if args.constraint else "--constraints" if args.constraints else None
+    if constrained and (args.sample or args.nbest is not None or args.score_reference is not None):
+        parser.error(f"{constrained} steers the constrained beam search: not with --sample, --nbest or "
+                     "--score-reference")  # fmt: skip
+    if args.constraints is not None and args.stream:
+        parser.error("--constraints needs every input line at once: not with --stream (--constraint is)")
     if args.prefix is not None and (args.stream or args.score_reference is not None):
         parser.error("--prefix needs every input line at once and a search: not with --stream or "
                      "--score-reference")  # fmt: skip

@@ -9,8 +9,9 @@ import sys
 import zlib
 from pathlib import Path
 
-from transformer.inference.translator import warn
+from transformer.inference.translator import Translator, warn
 from transformer.runtime.lines import split_lines
+from transformer.runtime.usage import UsageError
 
 
 class InputError(RuntimeError):
@@ -74,3 +75,35 @@ def write_lines(stream, lines: list[str]) -> None:
     text = "".join(line + "\n" for line in lines)
     stream.write(text if isinstance(stream, io.TextIOBase) else text.encode("utf-8"))
     stream.flush()
+
+
+def read_prefixes(args, translator: Translator, n_lines: int) -> list[list[int]] | None:
+    """The target-side ids each translation starts with: --prefix-text for every line, or the --prefix
+    file's line ([] for an empty one); None without either."""
+    if args.prefix_text is not None:
+        return translator.encode_targets([args.prefix_text], "--prefix-text") * n_lines
+    if args.prefix is None:
+        return None
+    prefixes, name = read_text(args.prefix, "--prefix")
+    if len(prefixes) != n_lines:
+        raise InputError(f"--prefix {name} has {len(prefixes)} lines but the input has {n_lines}")
+    return translator.encode_targets(prefixes, name.replace("{", "{{").replace("}", "}}") + " line {n}")
+
+
+def read_constraints(args, translator: Translator, n_lines: int) -> list[list[list[int]]] | None:
+    """The target phrases each translation must hold, as ids: --constraint's for every line, then the
+    --constraints file's line (phrases separated by tabs, an empty line for none); None without either.
+    A UsageError names the file line or the phrase that cannot be used."""
+    if not args.constraint and args.constraints is None:
+        return None
+    per_line, where = [[] for _ in range(n_lines)], "--constraint"
+    if args.constraints is not None:
+        lines, name = read_text(args.constraints, "--constraints")
+        if len(lines) != n_lines:
+            raise UsageError(f"--constraints {name} has {len(lines)} lines but the input has {n_lines}")
+        per_line = [line.split("\t") if line.strip() else [] for line in lines]
+        where = "--constraints " + name.replace("{", "{{").replace("}", "}}") + " line {n}"
+    try:
+        return translator.encode_constraints([list(args.constraint) + extra for extra in per_line], where)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
