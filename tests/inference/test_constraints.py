@@ -12,7 +12,14 @@ import torch
 from helpers import BOS, EOS, UNK, random_model, random_sources, run_translate
 
 from transformer.core.decoding import beam_search, length_normaliser, max_lengths
-from transformer.inference.constraints import GREEDY_BEAM, Constraints, _allocate, constrained_beam_search
+from transformer.inference.constraints import (
+    GREEDY_BEAM,
+    Constraints,
+    _allocate,
+    constrained_beam_search,
+    constrained_nbest,
+)
+from transformer.inference.sampling import Sampling
 from transformer.inference.translator import Translator
 
 SENTENCES = ["Ein Hund rennt durch den Schnee.", "Zwei Männer sitzen auf einer Bank.", "Eine Frau liest."]
@@ -102,6 +109,20 @@ def test_a_phrase_the_length_limit_cannot_hold_is_flagged_with_the_best_of_the_r
     assert 0 < len(outputs[0]) <= 3 and contains(outputs[1], [5])
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_the_n_best_list_starts_with_the_search_s_output_and_puts_the_hypotheses_that_hold_every_phrase_first(
+    seed,
+):
+    model, src = random_model(seed), random_sources(seed, batch=5)
+    phrases = [[[5]], [[7, 8]], [], [[9], [4]], [[6]]]
+    outputs, met = constrained_beam_search(model, src, 4, 0.6, 3, phrases)
+    lists = constrained_nbest(model, src, 4, 0.6, 3, phrases, 4)
+    assert [hyps[0][0] for hyps in lists] == outputs and [hyps[0][2] for hyps in lists] == met
+    for hyps in lists:
+        flags = [ok for _, _, ok in hyps]
+        assert flags == sorted(flags, reverse=True) and len({tuple(ids) for ids, _, _ in hyps}) == len(hyps)
+
+
 # -------- through the Translator ------------------------------------------------------------------
 
 
@@ -122,6 +143,16 @@ def test_lines_without_constraints_are_translated_as_without_and_the_others_hold
     assert [hyps[0].met for hyps in found] == [True, True, True]
 
 
+def test_n_best_scores_are_the_log_probs_of_their_translations(translator):
+    sources = translator.encode(SENTENCES)
+    phrases = translator.encode_constraints([["dog"], [], ["red hat"]])
+    found = translator.translate_ids(sources, beam=4, nbest=3, constraints=phrases)
+    for src, hyps, wanted in zip(sources, found, phrases):
+        assert len(hyps) == 3 and all(contains(h.ids, p) for h in hyps if h.met for p in wanted)
+        scored = translator.score_ids([src] * 3, [h.ids for h in hyps], [h.ended for h in hyps])
+        assert scored == pytest.approx([h.log_prob for h in hyps], abs=1e-4)
+
+
 def test_greedy_with_constraints_is_the_constrained_search_with_the_small_beam(translator):
     constraints = [["dog"], ["woman"], []]
     greedy = translator.translate(SENTENCES, beam=1, constraints=constraints)
@@ -136,8 +167,8 @@ def test_bad_constraints_are_named(translator):
         translator.translate(SENTENCES[:1], constraints=[["dog " * 600, "dog " * 600]])
     with pytest.raises(ValueError, match="3 sources but 1 constraints"):
         translator.translate_ids(translator.encode(SENTENCES), constraints=[[[5]]])
-    with pytest.raises(ValueError, match="not with sampling or n-best"):
-        translator.translate(SENTENCES, beam=4, nbest=2, constraints=[["dog"], [], []])
+    with pytest.raises(ValueError, match="not with sampling"):
+        translator.translate(SENTENCES, beam=1, sampling=Sampling(), constraints=[["dog"], [], []])
 
 
 # -------- translate.py ----------------------------------------------------------------------------
@@ -169,15 +200,15 @@ def test_translate_py_names_a_bad_constraints_file_in_one_line_and_exits_2(tiny_
         (tmp_path / "terms.txt").write_text(text, encoding="utf-8")
         code, lines, err = run_translate(base + ["--constraints", str(tmp_path / "terms.txt")], capsys)
         assert (code, lines) == (2, []) and err.count("\n") == 1 and err.startswith(f"error: {message}"), err
-    code, _, err = run_translate(base + ["--constraint", "dog", "--nbest", "2", "--beam", "2"], capsys)
+    code, _, err = run_translate(base + ["--constraint", "dog", "--sample"], capsys)
     assert code == 2 and "--constraint steers the constrained beam search" in err
 
 
 def test_translate_py_warns_of_a_line_whose_translation_misses_a_constraint(
     tiny_checkpoint, capsys, monkeypatch
 ):
-    def nothing_met(self, src_ids, settings, constraints, prefixes=None):
-        return [([5], False) for _ in src_ids]
+    def nothing_met(self, src_ids, settings, constraints, prefixes=None, nbest=1):
+        return [[([5], -1.0, False)] for _ in src_ids]
 
     monkeypatch.setattr(Translator, "search_constrained", nothing_met)
     argv = ["--checkpoint", str(tiny_checkpoint), "--constraint", "dog", *SENTENCES[:2]]

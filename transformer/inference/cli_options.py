@@ -227,9 +227,10 @@ def add_search_arguments(parser) -> None:
 def check_search_arguments(parser, args) -> None:
     """Usage errors of --prefix, constraints and sampling, before anything is loaded."""
     constrained = "--constraint" if args.constraint else "--constraints" if args.constraints else None
-    if constrained and (args.sample or args.nbest is not None or args.score_reference is not None):
-        parser.error(f"{constrained} steers the constrained beam search: not with --sample, --nbest or "
-                     "--score-reference")  # fmt: skip
+    if constrained and (args.sample or args.score_reference is not None):
+        parser.error(
+            f"{constrained} steers the constrained beam search: not with --sample or --score-reference"
+        )
     if args.constraints is not None and args.stream:
         parser.error("--constraints needs every input line at once: not with --stream (--constraint is)")
     if args.prefix is not None and (args.stream or args.score_reference is not None):

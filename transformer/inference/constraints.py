@@ -211,11 +211,15 @@ class _Found:
     met: list  # per original sentence: whether it produced every constraint
     best: torch.Tensor  # (n,) log P / lp of the best finished hypothesis, -inf for none
     best_met: torch.Tensor  # (n,) bool
+    finished: list | None = None  # per original sentence, every finished (log P / lp, ids, log P, met)
 
     def offer(self, beams: _Beams, scores, met, origin, tokens, finishing, step: int, eos_id: int, alpha):
         """The finishing candidates (n, M) bool: each sentence's best of them replaces its best so far if
         better (scores: log P, met: whether they produced every constraint)."""
-        key = (scores / length_normaliser(step + 1, alpha)).masked_fill(~finishing, float("-inf"))  # (n, M)
+        normalised = scores / length_normaliser(step + 1, alpha)  # (n, M)
+        if self.finished is not None:
+            self.collect(beams, normalised, scores, met, origin, tokens, finishing, step, eos_id)
+        key = normalised.masked_fill(~finishing, float("-inf"))  # (n, M)
         # a hypothesis that met every constraint ranks above every one that did not
         ranked = torch.where(met & finishing, 1, torch.where(finishing, 0, -1))  # (n, M)
         level, _ = ranked.max(dim=1)  # (n,)
@@ -235,6 +239,20 @@ class _Found:
             self.outputs[i] = prefix if token == eos_id else prefix + [token]
             self.met[i] = bool(self.best_met[s])
 
+    def collect(
+        self, beams: _Beams, normalised, scores, met, origin, tokens, finishing, step: int, eos_id: int
+    ):
+        """Every finishing candidate into its sentence's ``finished`` list, in row-major order (as
+        ``core.decoding._collect_finished``: a stable sort then breaks ties as ``offer`` does)."""
+        sentences, ranks = finishing.nonzero(as_tuple=True)  # (n_finishing,) each
+        rows = origin[sentences, ranks]
+        for i, prefix, token, norm, log_p, ok in zip(
+            beams.active[sentences].tolist(), beams.tokens[rows, 1 : step + 1].tolist(),
+            tokens[sentences, ranks].tolist(), normalised[sentences, ranks].tolist(),
+            scores[sentences, ranks].tolist(), met[sentences, ranks].tolist(),
+        ):  # fmt: skip
+            self.finished[i].append((norm, prefix if token == eos_id else prefix + [token], log_p, ok))
+
     def keep(self, sentences: torch.Tensor) -> None:
         self.best, self.best_met = self.best[sentences], self.best_met[sentences]
 
@@ -249,11 +267,13 @@ def constrained_beam_search(
     constraints: list[list[list[int]]],
     steering: Steering | None = None,
     kernels: Kernels = PLAIN,
+    finished: list[list[tuple[float, list[int], float, bool]]] | None = None,
 ) -> tuple[list[list[int]], list[bool]]:
     """src (B, S) -> (B token-id lists, B flags): the best hypothesis that contains every phrase of its
     sentence's ``constraints`` (each phrase a list of target ids), by log P(Y|X) / lp(|Y|) as beam search
     ranks them, and whether it does (False: none did within the length limit; the best of the rest).
-    ``steering``: another one (a prefix) applied as well."""
+    ``steering``: another one (a prefix) applied as well. ``finished``: B empty lists, to receive every
+    finished hypothesis as (log P / lp, ids, log P, met), in the order found (``constrained_nbest``)."""
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     K, eos_id, device = beam_size, model.eos_id, src.device
@@ -262,7 +282,7 @@ def constrained_beam_search(
     beams = _start_beams(model, src, K, max_len_offset, steer, False)
     B, dtype = src.size(0), beams.scores.dtype
     found = _Found([[] for _ in range(B)], [False] * B, torch.full((B,), float("-inf"), dtype=dtype,
-                   device=device), torch.zeros(B, dtype=torch.bool, device=device))  # fmt: skip
+                   device=device), torch.zeros(B, dtype=torch.bool, device=device), finished)  # fmt: skip
     cache = model.new_cache()
     for step in range(beams.tokens.size(1) - 1):
         features, _, _ = model.decode(beams.tokens[:, step : step + 1], beams.memory, beams.src_mask, cache,
@@ -307,3 +327,19 @@ def _step(beams, found, wanted: Constraints, steer, cache, kernels, log_probs, s
     steer.keep(rows)
     wanted.met, wanted.partial, wanted.depth = met[chosen], partial[chosen], depth[chosen]
     return (beams.n_finished >= K) | at_limit
+
+
+def constrained_nbest(
+    model: Transformer, src: torch.Tensor, beam_size: int, length_penalty: float, max_len_offset: int,
+    constraints: list[list[list[int]]], nbest: int, steering: Steering | None = None,
+    kernels: Kernels = PLAIN,
+) -> list[list[tuple[list[int], float, bool]]]:  # fmt: skip
+    """src (B, S) -> per sentence, its ``nbest`` best finished hypotheses as (ids, log P(Y|X), met), those
+    that hold every phrase first, each group by log P / lp; the first is ``constrained_beam_search``'s."""
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest must be in [1, beam_size={beam_size}], got {nbest}")
+    finished: list[list[tuple[float, list[int], float, bool]]] = [[] for _ in range(src.size(0))]
+    search = (model, src, beam_size, length_penalty, max_len_offset, constraints, steering, kernels)
+    constrained_beam_search(*search, finished)
+    ranked = [sorted(hyps, key=lambda h: (not h[3], -h[0]))[:nbest] for hyps in finished]  # stable
+    return [[(ids, log_p, met) for _, ids, log_p, met in hyps] for hyps in ranked]

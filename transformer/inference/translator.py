@@ -47,7 +47,7 @@ from transformer.core.model import Transformer
 from transformer.core.tokenizer import Tokenizer
 from transformer.fast.search import FAST
 from transformer.inference.alignment import word_alignment
-from transformer.inference.constraints import GREEDY_BEAM, Constraints, Together, constrained_beam_search
+from transformer.inference.constraints import GREEDY_BEAM, Constraints, Together, constrained_nbest
 from transformer.inference.nbest import beam_search_nbest
 from transformer.inference.prefix import Prefix
 from transformer.inference.quantize import quantized_decoding_model
@@ -280,10 +280,8 @@ class Translator:
                 raise ValueError(f"{len(sources)} sources but {len(given)} {name}")
         todo = [i for i, src in enumerate(sources) if src is not None]
         phrased = [i for i in todo if constraints is not None and constraints[i]]
-        if phrased and (sampling is not None or nbest is not None):
-            raise ValueError(
-                "constraints are met by the constrained beam search: not with sampling or n-best lists"
-            )
+        if phrased and sampling is not None:
+            raise ValueError("constraints are met by the constrained beam search: not with sampling")
         plain = sorted(set(todo) - set(phrased))
         results = [[Hypothesis([], 0.0, True, 0.0)] for _ in sources]
         rows = lambda chosen, given: None if given is None else [given[i] for i in chosen]  # noqa: E731
@@ -291,7 +289,7 @@ class Translator:
             [sources[i] for i in plain], settings, nbest, with_scores, rows(plain, prefixes), sampling
         )
         if phrased:
-            found += self._constrained([sources[i] for i in phrased], settings, with_scores,
+            found += self._constrained([sources[i] for i in phrased], settings, nbest, with_scores,
                                        rows(phrased, prefixes), rows(phrased, constraints))  # fmt: skip
         lp = lambda h: length_normaliser(len(h.ids) + h.ended, settings.length_penalty)  # noqa: E731
         for i, hyps in zip(plain + phrased, found):
@@ -314,17 +312,20 @@ class Translator:
         )
         return [[Hypothesis(*h)] for h in zip(hyp_ids, scores, ended)]
 
-    def _constrained(self, src_ids, settings, with_scores, prefixes, constraints) -> list[list[Hypothesis]]:
-        """``translate_ids`` for sources with constraints: the constrained search's best hypothesis."""
+    def _constrained(
+        self, src_ids, settings, nbest, with_scores, prefixes, constraints
+    ) -> list[list[Hypothesis]]:
+        """``translate_ids`` for sources with constraints: the constrained search's hypotheses, with its
+        own log-probs for n-best lists and scores."""
         if settings.beam_size == 1:
             settings = dataclasses.replace(settings, beam_size=GREEDY_BEAM)
-        searched = self.search_constrained(src_ids, settings, constraints, prefixes)
-        pres = prefixes or [None] * len(src_ids)
-        ended = [self.ended(src, ids, pre, phrases) for src, (ids, _), pre, phrases in
-                 zip(src_ids, searched, pres, constraints)]  # fmt: skip
-        hyp_ids = [ids for ids, _ in searched]
-        scores = self.score_ids(src_ids, hyp_ids, ended) if with_scores else [float("nan")] * len(src_ids)
-        return [[Hypothesis(ids, p, e, met=met)] for (ids, met), p, e in zip(searched, scores, ended)]
+        searched = self.search_constrained(src_ids, settings, constraints, prefixes, nbest or 1)
+        scored, pres = nbest is not None or with_scores, prefixes or [None] * len(src_ids)
+        return [
+            [Hypothesis(ids, log_p if scored else float("nan"), self.ended(src, ids, pre, phrases), met=met)
+             for ids, log_p, met in hyps]
+            for src, hyps, pre, phrases in zip(src_ids, searched, pres, constraints)
+        ]  # fmt: skip
 
     def ended(
         self, src: list[int], hyp: list[int], prefix: list[int] | None = None, phrases: list | None = None
@@ -415,19 +416,18 @@ class Translator:
     @torch.no_grad()
     def search_constrained(
         self, src_ids: list[list[int]], settings: EvalConfig, constraints: list[list[list[int]]],
-        prefixes: list[list[int]] | None = None,
-    ) -> list[tuple[list[int], bool]]:  # fmt: skip
-        """The constrained beam search (``settings.beam_size``): per source, (its best translation's ids,
-        whether it holds every phrase of its ``constraints``)."""
+        prefixes: list[list[int]] | None = None, nbest: int = 1,
+    ) -> list[list[tuple[list[int], float, bool]]]:  # fmt: skip
+        """The constrained beam search (``settings.beam_size``): per source, its ``nbest`` best hypotheses
+        as (ids, log-prob, whether it holds every phrase of its ``constraints``), best first."""
         s, model, kernels = settings, self.model, self.kernels
 
-        def decode(src: torch.Tensor, rows: list[int]) -> list[tuple[list[int], bool]]:
+        def decode(src: torch.Tensor, rows: list[int]) -> list[list[tuple[list[int], float, bool]]]:
             prefix = Prefix.of(prefixes, rows, self.device, model.config.max_positions)
             phrases = [constraints[i] for i in rows]
-            outputs, met = constrained_beam_search(
-                model, src, s.beam_size, s.length_penalty, s.max_len_offset, phrases, prefix, kernels
+            return constrained_nbest(
+                model, src, s.beam_size, s.length_penalty, s.max_len_offset, phrases, nbest, prefix, kernels
             )
-            return list(zip(outputs, met))
 
         return self._in_batches(src_ids, s, decode)
 
