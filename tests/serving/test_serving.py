@@ -40,6 +40,33 @@ def test_translations_equal_translate_py_line_for_line_blank_lines_included(
     assert answer["translations"][1] == {"text": ""}
 
 
+def test_constraints_equal_translate_py_s_and_a_text_without_any_is_translated_as_without(
+    server, tiny_checkpoint, tmp_path
+):
+    texts = [{"text": LINES[0], "constraints": ["red hat", "dog"]}, {"text": LINES[2], "prefix": ""}]
+    status, answer = server.translate(texts=texts, beam=4, with_scores=True)
+    assert status == 200
+    (tmp_path / "terms.txt").write_text("red hat\tdog\n\n", encoding="utf-8")
+    expected = translate_py(tiny_checkpoint, [LINES[0], LINES[2]], tmp_path, "--beam", "4", "--with-scores",
+                            "--constraints", str(tmp_path / "terms.txt"))  # fmt: skip
+    got = [f"{entry['score']:.6f}\t{entry['text']}" for entry in answer["translations"][:2]]
+    assert got == expected and "red hat" in got[0] and "met" not in answer["translations"][0]
+    status, nbest = server.translate(texts=texts[:1], beam=4, nbest=2)
+    assert status == 200 and all("dog" in h["text"] for h in nbest["translations"][0])
+
+
+@pytest.mark.parametrize(
+    "constraints,message",
+    [
+        ([" "], "texts.0.constraints.0: no character the tokenizer keeps"),
+        (["x"] * 9, "9 phrases, over the limit"),
+    ],
+)
+def test_a_constraint_that_cannot_be_used_is_a_422_naming_it(server, constraints, message):
+    status, answer = server.translate(texts=[{"text": LINES[0], "constraints": constraints}])
+    assert status == 422 and message in answer["error"]
+
+
 def test_scores_n_best_and_alignments_equal_translate_py(server, tiny_checkpoint, tmp_path):
     status, scored = server.translate(texts=LINES[:1], with_scores=True, alignments=True)
     assert status == 200
@@ -98,13 +125,18 @@ def test_health_the_model_description_and_the_openapi_schema(server):
         ({"texts": ["x"], "colour": "red"}, 422, "colour: unknown field"),
         ({"texts": ["x"], "beam": "4"}, 422, "beam: Input should be a valid integer"),
         ({"texts": ["x"], "prefix": ["A"]}, 422, "prefix: unknown field"),
-        ({"texts": [{"text": "x"}]}, 422, "texts.0.prefix: Field required"),
+        ({"texts": [{"prefix": "A"}]}, 422, "texts.0.text: Field required"),
+        (
+            {"texts": [{"text": "x", "constraints": "dog"}]},
+            422,
+            "texts.0.constraints: Input should be a valid list",
+        ),
         (
             {"texts": [{"text": "x", "prefix": "", "colour": 1}]},
             422,
             "texts.0.colour: unknown field (known: text",
         ),
-        ({"texts": [5]}, 422, 'texts.0: Input should be a string or {"text", "prefix"}'),
+        ({"texts": [5]}, 422, 'texts.0: Input should be a string or {"text", "prefix", "constraints"}'),
         ({"texts": ["x", {"text": "y", "prefix": "A" * 2001}]}, 422, "texts.1.prefix: 2001 characters"),
         ({"texts": ["x"] * 5, "attention": True}, 422, "texts: 5 texts with attention, over the limit of 4"),
         ({"texts": ["x" * 301], "attention": True}, 422, "texts.0: 301 characters, over the limit of 300"),

@@ -40,8 +40,14 @@ def answer_jobs(translator: Translator, jobs: list) -> list[list]:
     if any(job.prefixes for job in jobs):
         prefix_texts = [p for job in jobs for p in (job.prefixes or [""] * len(job.texts))]
         prefixes = translator.encode_targets(prefix_texts, "texts.{n}.prefix")
+    constraints = None
+    if any(job.constraints for job in jobs):
+        phrases = [c for job in jobs for c in (job.constraints or [[]] * len(job.texts))]
+        constraints = translator.encode_constraints(phrases, "texts.{n}.constraints")
     sources = [ids for job in jobs for ids in translator.encode(job.texts, "texts.{n}", job.target_lang)]
-    found = translator.translate_ids(sources, beam, nbest if nbest > 1 else None, with_scores, prefixes)
+    found = translator.translate_ids(
+        sources, beam, nbest if nbest > 1 else None, with_scores, prefixes, None, constraints
+    )
     answers, start = [], 0
     for job in jobs:
         rows = range(start, start + len(job.texts))
@@ -57,6 +63,8 @@ def answer(translator: Translator, job, source: list[int] | None, hyps) -> dict 
         entry = {"text": translator.decode(hyp.ids)}
         if job.with_scores or job.nbest > 1:
             entry["score"] = hyp.log_prob
+        if not hyp.met:  # a text with constraints that no translation within the length limit holds
+            entry["met"] = False
         if rank == 0 and (job.alignments or job.attention) and source is not None:
             attention = translator.attention_ids(source, hyp.ids, hyp.ended)
             if job.alignments:

@@ -73,26 +73,27 @@ class Service:
 
 def field_errors(error: RequestValidationError) -> str:
     """Pydantic's errors as one line, each naming its field: "beam: Input should be ...; texts: ...". A texts
-    entry is a string or {"text", "prefix"}: of the two branches' errors, the one that fits what was sent."""
+    entry is a string or {"text", "prefix", "constraints"}: of the two branches' errors, the one that fits
+    what was sent."""
     items = error.errors()
-    objects = {i["loc"][: i["loc"].index("PrefixedText")] for i in items  # the entries sent as objects
-               if "PrefixedText" in i["loc"][:-1]}  # fmt: skip
+    objects = {i["loc"][: i["loc"].index("SteeredText")] for i in items  # the entries sent as objects
+               if "SteeredText" in i["loc"][:-1]}  # fmt: skip
     parts = []
     for item in items:
         loc, message = item["loc"], item["msg"].removeprefix("Value error, ")
-        if "str" in loc or "PrefixedText" in loc:
-            branch = "str" if "str" in loc else "PrefixedText"
-            if loc[-1] == "PrefixedText" or (branch == "str" and loc[: loc.index("str")] in objects):
+        if "str" in loc or "SteeredText" in loc:
+            branch = "str" if "str" in loc else "SteeredText"
+            if loc[-1] == "SteeredText" or (branch == "str" and loc[: loc.index("str")] in objects):
                 continue  # the other branch's error says it
             if branch == "str":
-                message = 'Input should be a string or {"text", "prefix"}'
+                message = 'Input should be a string or {"text", "prefix", "constraints"}'
             loc = tuple(x for x in loc if x != branch)
         where = ".".join(str(x) for x in loc if x != "body") or "body"
         if item["type"] == "json_invalid":
             where, message = "body", f"not valid JSON ({item.get('ctx', {}).get('error', message)})"
         elif item["type"] == "extra_forbidden":
             known = (
-                "text, prefix"
+                "text, prefix, constraints"
                 if len(loc) > 3
                 else "texts, beam, nbest, with_scores, alignments, attention, target_lang"
             )
@@ -156,12 +157,13 @@ def add_api_routes(app: FastAPI, authorized, TranslateRequest: type[BaseModel], 
     @app.post("/translate", dependencies=[Depends(authorized)], responses=ERRORS)
     async def translate(body: TranslateRequest, request: Request) -> Response:
         """One answer per text, in order: {"text"} (+ "score", "alignment", "attention" when asked); with
-        nbest > 1 a list of them, best first. A text may be {"text", "prefix"}: its translation then starts
-        with the prefix. "attention" is every layer's and head's cross-attention, as float16 base64 with its
-        shape [layers, heads, target pieces, source pieces]. "target_lang": the language to translate into,
-        one of /model's target_languages (needed by a multilingual model)."""
+        nbest > 1 a list of them, best first. A text may be {"text", "prefix", "constraints"}: its
+        translation then starts with the prefix and holds each constraint phrase ("met": false when none
+        within the length limit could). "attention" is every layer's and head's cross-attention, as float16
+        base64 with its shape [layers, heads, target pieces, source pieces]. "target_lang": the language to
+        translate into, one of /model's target_languages (needed by a multilingual model)."""
         job = Job(body.sources, body.beam, body.nbest, body.with_scores, body.alignments, body.attention,
-                  body.prefixes, body.target_lang)  # fmt: skip
+                  body.prefixes, body.target_lang, body.constraints)  # fmt: skip
         translations = await run_job(batcher, job, request)
         return await json_response({"translations": translations}, large=body.attention)
 

@@ -44,6 +44,7 @@ class Job:
     attention: bool = False
     prefixes: list[str] | None = None  # per text, target text its translation starts with ("" = none)
     target_lang: str | None = None  # the language to translate into (a multilingual model's)
+    constraints: list[list[str]] | None = None  # per text, target phrases its translation holds ([] = none)
     future: Future = field(default_factory=Future)
     units: int = 0  # what it counts in Batcher.queued: its texts while queued, 1 once withdrawn, 0 once taken
 
@@ -120,7 +121,7 @@ class Batcher:
         with self.lock:
             if job.future.cancel() and job.units:
                 self.queued -= job.units - 1
-                job.units, job.texts, job.prefixes = 1, [], None
+                job.units, job.texts, job.prefixes, job.constraints = 1, [], None, None
 
     def _retry_after(self) -> int:
         """Seconds until the queue has likely drained at the last batch's pace, 1 to ``RETRY_AFTER_MAX``."""

@@ -6,9 +6,11 @@ keywords, and the two rules that tie fields together as ``anyOf`` branches:
   - ``nbest`` at most ``beam`` (one branch per value of ``nbest``);
   - with ``attention``, at most ``max_attention_texts`` texts of at most ``max_attention_chars`` characters
     each (the weights grow as layers x heads x target x source: these bound the answer's size).
-A text's prefix travels with it (``{"text": ..., "prefix": ...}``), so there is nothing to count.
+A text's prefix and constraints travel with it (``{"text": ..., "prefix": ..., "constraints": [...]}``), so
+there is nothing to count.
 """
 
+import re
 from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -18,7 +20,8 @@ class Limits(BaseModel):
     """The service's limits (``serve.py`` flags): refused above them with a 4xx naming the field."""
 
     max_texts: int = 64  # texts per request
-    max_chars: int = 2000  # characters per text, and per prefix
+    max_chars: int = 2000  # characters per text, per prefix and per constraint
+    max_constraints: int = 8  # constraint phrases per text
     max_beam: int = 16
     max_attention_texts: int = 4  # texts per request that asks for attention
     max_attention_chars: int = 300  # characters per text and prefix of a request that asks for attention
@@ -44,21 +47,31 @@ def whole_number(value):
 Integer = Annotated[int, BeforeValidator(whole_number)]
 
 
-class PrefixedText(BaseModel):
-    """A text whose translation must start with ``prefix`` (target text, exact to the sub-word)."""
+# A constraint holds a character that is neither white space nor a control or zero-width one: the target
+# tokenizer keeps it, so the phrase has at least one piece.
+PHRASE = "[^\\s\\u0000-\\u001f\\u007f-\\u009f\\u200b-\\u200f\\u2028-\\u202f\\u2060-\\u206f\\ufeff]"
+
+
+class SteeredText(BaseModel):
+    """A text whose translation must start with ``prefix`` and contain each of ``constraints`` (target
+    text, exact to the sub-word)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     text: str
-    prefix: str
+    prefix: str = ""
+    constraints: list[str] = []
 
 
-def text_schema(max_chars: int) -> dict:
-    """A texts entry: a string, or an object with its prefix, each of at most ``max_chars`` characters."""
+def text_schema(limits: Limits, max_chars: int) -> dict:
+    """A texts entry: a string, or an object with its prefix and constraints, each of at most ``max_chars``
+    characters."""
     string = {"type": "string", "maxLength": max_chars}
-    prefixed = {"type": "object", "properties": {"text": string, "prefix": string},
-                "required": ["text", "prefix"], "additionalProperties": False}  # fmt: skip
-    return {"anyOf": [string, prefixed]}
+    phrase = {"type": "string", "maxLength": max_chars, "pattern": PHRASE}
+    phrases = {"type": "array", "items": phrase, "maxItems": limits.max_constraints}
+    steered = {"type": "object", "properties": {"text": string, "prefix": string, "constraints": phrases},
+               "required": ["text"], "additionalProperties": False}  # fmt: skip
+    return {"anyOf": [string, steered]}
 
 
 def cross_field_rules(limits: Limits, default_beam: int) -> list[dict]:
@@ -70,15 +83,25 @@ def cross_field_rules(limits: Limits, default_beam: int) -> list[dict]:
             branch["required"] = ["nbest", "beam"]
         nbest.append(branch)
     small = {"type": "array", "maxItems": limits.max_attention_texts,
-             "items": text_schema(limits.max_attention_chars)}  # fmt: skip
+             "items": text_schema(limits, limits.max_attention_chars)}  # fmt: skip
     attention = [{"properties": {"attention": {"const": False}}}, {"properties": {"texts": small}}]
     return [{"anyOf": nbest}, {"anyOf": attention}]
 
 
-def check_texts(texts: list, chars: int, attention: bool) -> None:
-    """Each text and prefix valid Unicode of at most ``chars`` characters; else a ValueError naming it."""
+def check_texts(texts: list, chars: int, attention: bool, limits: Limits) -> None:
+    """Each text, prefix and constraint valid Unicode of at most ``chars`` characters, at most
+    ``max_constraints`` constraints a text, each with a character the tokenizer keeps; else a ValueError
+    naming it."""
     for n, entry in enumerate(texts):
         fields = {"": entry} if isinstance(entry, str) else {".text": entry.text, ".prefix": entry.prefix}
+        phrases = [] if isinstance(entry, str) else entry.constraints
+        if len(phrases) > limits.max_constraints:
+            raise ValueError(f"texts.{n}.constraints: {len(phrases)} phrases, over the limit of "
+                             f"{limits.max_constraints}")  # fmt: skip
+        for j, phrase in enumerate(phrases):
+            if not re.search(PHRASE, phrase):
+                raise ValueError(f"texts.{n}.constraints.{j}: no character the tokenizer keeps")
+            fields[f".constraints.{j}"] = phrase
         for name, text in fields.items():
             where = f"texts.{n}{name}"
             if (problem := unicode_error(text)) is not None:
@@ -113,14 +136,14 @@ def request_model(
     default_beam = min(default_beam, limits.max_beam)
 
     def add_rules(schema: dict) -> None:
-        schema["properties"]["texts"]["items"] = text_schema(limits.max_chars)
+        schema["properties"]["texts"]["items"] = text_schema(limits, limits.max_chars)
         schema["allOf"] = cross_field_rules(limits, default_beam)
         language_rule(schema, description or {})
 
     class TranslateRequest(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=add_rules)
 
-        texts: list[str | PrefixedText] = Field(min_length=1, max_length=limits.max_texts)
+        texts: list[str | SteeredText] = Field(min_length=1, max_length=limits.max_texts)
         beam: Integer = Field(default_beam, ge=1, le=limits.max_beam)
         nbest: Integer = Field(1, ge=1, le=limits.max_beam)
         with_scores: bool = False
@@ -134,7 +157,7 @@ def request_model(
             if self.attention and len(self.texts) > limits.max_attention_texts:
                 raise ValueError(f"texts: {len(self.texts)} texts with attention, over the limit of "
                                  f"{limits.max_attention_texts}")  # fmt: skip
-            check_texts(self.texts, chars, self.attention)
+            check_texts(self.texts, chars, self.attention, limits)
             if self.nbest > self.beam:
                 raise ValueError(f"nbest: {self.nbest} is more than beam={self.beam}: give beam >= nbest")
             if check_language is not None:
@@ -151,8 +174,15 @@ def request_model(
         @property
         def prefixes(self) -> list[str] | None:
             """Per text its prefix ("" for none); None when no text has one."""
-            if all(isinstance(entry, str) for entry in self.texts):
+            if all(isinstance(entry, str) or not entry.prefix for entry in self.texts):
                 return None
             return ["" if isinstance(entry, str) else entry.prefix for entry in self.texts]
+
+        @property
+        def constraints(self) -> list[list[str]] | None:
+            """Per text its constraints ([] for none); None when no text has one."""
+            if all(isinstance(entry, str) or not entry.constraints for entry in self.texts):
+                return None
+            return [[] if isinstance(entry, str) else list(entry.constraints) for entry in self.texts]
 
     return TranslateRequest
