@@ -222,6 +222,24 @@ def chromium() -> str:
     )
 
 
+def test_the_page_s_terms_are_the_api_s_constraints(server):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
+    status, api = server.translate(
+        texts=[{"text": LINES[0], "constraints": ["red hat", "dog"]}], with_scores=True
+    )
+    assert status == 200 and "red hat" in api["translations"][0]["text"]
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(f"http://127.0.0.1:{server.port}/")
+        page.fill("#texts", LINES[0])
+        page.fill("#constraints", " red hat ; dog ;")
+        page.click("#translate")
+        page.wait_for_selector("table.heatmap td", timeout=30000)
+        assert page.inner_text("#results li.translation").startswith(api["translations"][0]["text"])
+        browser.close()
+
+
 def test_the_page_translates_and_draws_the_cross_attention_of_the_api(server, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
     status, api = server.translate(texts=[LINES[0]], with_scores=True, alignments=True, attention=True)

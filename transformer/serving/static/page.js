@@ -65,7 +65,10 @@ async function translate(event) {
   try {
     const attention = texts.length <= limits.max_attention_texts &&
       texts.every((text) => text.length <= limits.max_attention_chars);  // else translations alone
-    const request = {texts, beam, nbest, with_scores: true, alignments: true, attention};
+    // terms: phrases every translation must hold (constraints), separated by ";"
+    const constraints = $("constraints").value.split(";").map((term) => term.trim()).filter((term) => term);
+    const entries = constraints.length ? texts.map((text) => ({text, constraints})) : texts;
+    const request = {texts: entries, beam, nbest, with_scores: true, alignments: true, attention};
     if (!$("target-label").hidden) request.target_lang = $("target-lang").value;
     showResults(texts, await post(request));
     $("status").textContent = "";
@@ -107,7 +110,8 @@ function showResults(texts, found) {
       item.textContent = hyp.text || "(blank line)";
       const score = document.createElement("span");
       score.className = "score";
-      score.textContent = `log-prob ${hyp.score.toFixed(3)}` + (hyps.length > 1 ? `, rank ${rank + 1}` : "");
+      score.textContent = `log-prob ${hyp.score.toFixed(3)}` + (hyps.length > 1 ? `, rank ${rank + 1}` : "") +
+        (hyp.met === false ? ", not every term fits" : "");
       item.append(score);
       if (hyp.attention) {  // the best translation of a non-blank line
         const look = document.createElement("button");
