@@ -103,14 +103,20 @@ def test_greedy_with_a_prefix_starts_with_it_and_continues_greedily():
             assert best[len(out)] == model.eos_id
 
 
-def test_forcing_the_greedy_outputs_own_start_changes_nothing():
+def test_forcing_the_greedy_outputs_own_start_changes_nothing_but_the_room_left():
     model, src = random_model(5, eos_bias=1.0), random_sources(5)
-    plain = greedy_decode(model, src, 5)
+    plain, limits = greedy_decode(model, src, 5), max_lengths(model, src, 5).tolist()
     lists = [out[:2] for out in plain]
     P = max(len(p) for p in lists)
     prefix = torch.tensor([p + [-1] * (P - len(p)) for p in lists])
-    assert greedy_decode(model, src, 5, steering=Prefix(prefix, 64)) == plain
-    assert beam_search(model, src, 1, 0.6, 5, steering=Prefix(prefix, 64)) == plain
+    for search in (greedy_decode(model, src, 5, steering=Prefix(prefix, 64)),
+                   beam_search(model, src, 1, 0.6, 5, steering=Prefix(prefix, 64))):  # fmt: skip
+        for out, before, limit, forced in zip(search, plain, limits, lists):
+            if len(before) < limit:  # it ended with EOS: the same translation
+                assert out == before
+            else:  # cut at its limit, which the prefix's tokens now extend
+                assert out[: len(before)] == before and len(out) <= limit + len(forced)
+    assert any(len(before) == limit for before, limit in zip(plain, limits))  # both cases are met
 
 
 def test_beam_with_a_prefix_starts_with_it_and_an_empty_prefix_changes_nothing():
@@ -124,11 +130,14 @@ def test_beam_with_a_prefix_starts_with_it_and_an_empty_prefix_changes_nothing()
     )
 
 
-def test_a_prefix_longer_than_the_length_limit_still_fits():
+def test_a_prefix_longer_than_the_length_limit_leaves_the_translation_its_room():
     model, src = random_model(7), random_sources(7, batch=2, max_len=2)  # 1 source token: limit 2 + 1
     prefix = torch.tensor([[5, 6, 7, 8, 9], [5, 6, -1, -1, -1]])
+    limits = Prefix(prefix, 64).limits(max_lengths(model, src, 1))
+    assert limits.tolist() == [3 + 5, 3 + 2]  # the source-based limit, then the prefix's tokens
     outputs = greedy_decode(model, src, 1, steering=Prefix(prefix, 64))
     assert outputs[0][:5] == [5, 6, 7, 8, 9] and outputs[1][:2] == [5, 6]
+    assert Prefix(prefix, 6).limits(max_lengths(model, src, 1)).tolist() == [6, 5]  # never past the table
 
 
 # ---------------------------------------------------------------- through the Translator

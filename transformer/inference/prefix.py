@@ -3,7 +3,8 @@ searches through their ``Steering`` seam (``core/decoding.py``).
 
 While a hypothesis is inside its prefix, every other token is ruled out of its next-token scores, after the
 log-softmax in beam search: the prefix's tokens are scored with their real probabilities, and the rest is
-searched as usual. A sentence may produce at least its prefix and EOS, whatever its source length.
+searched as usual. A sentence's length limit is its source-based one plus its prefix's tokens: the prefix
+leaves the rest of the translation its room.
 """
 
 import torch
@@ -28,9 +29,8 @@ class Prefix(Steering):
         return cls(torch.tensor(table, dtype=torch.long, device=device), max_positions)  # (B, P)
 
     def limits(self, limits: torch.Tensor) -> torch.Tensor:
-        """At least room for the prefix and EOS. limits (B,) -> (B,)."""
-        needed = (self.prefix >= 0).sum(dim=1) + 1  # (B,)
-        return torch.maximum(limits, needed.to(limits.device)).clamp(max=self.max_positions)
+        """Room for the prefix beyond the source-based limits. limits (B,) -> (B,)."""
+        return (limits + (self.prefix >= 0).sum(dim=1).to(limits.device)).clamp(max=self.max_positions)
 
     def restrict(self, scores: torch.Tensor, step: int, rows: torch.Tensor) -> torch.Tensor:
         """Rows whose prefix has a token at ``step``: every other token ruled out. scores (N, V), in place."""
