@@ -153,6 +153,22 @@ def test_n_best_scores_are_the_log_probs_of_their_translations(translator):
         assert scored == pytest.approx([h.log_prob for h in hyps], abs=1e-4)
 
 
+def test_a_constraint_the_plain_translation_holds_already_is_held(translator):
+    plain = translator.translate(SENTENCES, beam=4)
+    words = [line.split()[-1] for line in plain]  # a word of each plain translation
+    phrases = translator.encode_constraints([[word] for word in words])
+    found = translator.translate_ids(translator.encode(SENTENCES), beam=4, constraints=phrases)
+    for (hyp,), word in zip(found, words):
+        assert hyp.met and word in translator.decode(hyp.ids)
+
+
+def test_a_constraint_is_its_own_pieces_even_where_a_word_would_split_otherwise(translator):
+    pieces = translator.tokenizer.target_side.encode("ing")  # alone: "▁ing", not the "ing" ending a word
+    (found,) = translator.translate_ids(translator.encode(SENTENCES[:1]), beam=4,
+                                        constraints=translator.encode_constraints([["ing"]]))  # fmt: skip
+    assert contains(found[0].ids, pieces) and " ing" in translator.decode(found[0].ids)
+
+
 def test_greedy_with_constraints_is_the_constrained_search_with_the_small_beam(translator):
     constraints = [["dog"], ["woman"], []]
     greedy = translator.translate(SENTENCES, beam=1, constraints=constraints)

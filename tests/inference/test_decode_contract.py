@@ -1,7 +1,7 @@
-"""One contract for every decoding path: a translation made to start with a long prefix is scored with its
-EOS (``with_scores`` equals scoring the same output as a reference); sampling is refused with a beam
-whatever else is asked; a blank source gives an empty translation in validation and the final test, as in
-``translate.py``."""
+"""One contract for every decoding path: a translation made to start with a long prefix, or to hold
+constraints, is scored with its EOS (``with_scores`` equals scoring the same output as a reference);
+sampling is refused with a beam whatever else is asked; a blank source gives an empty translation in
+validation and the final test, as in ``translate.py``."""
 
 import pytest
 import torch
@@ -21,7 +21,7 @@ def test_a_prefix_longer_than_the_length_limit_still_ends_with_eos_and_is_scored
     sources, prefixes = (
         [[5, 6]],
         [[7, 8, 9, 10, 11]],
-    )  # limit 2 + 1 + 1 = 4 tokens, raised to 6 for the prefix
+    )  # limit 2 + 1 + 1 = 4 tokens, + 5 for the prefix
     for beam in (1, 4):
         (hyp,) = translator.translate_ids(sources, beam=beam, with_scores=True, prefixes=prefixes)[0]
         assert hyp.ids == prefixes[0] and hyp.ended  # the prefix, then EOS: it ended, it was not cut
@@ -30,6 +30,17 @@ def test_a_prefix_longer_than_the_length_limit_still_ends_with_eos_and_is_scored
     assert nbest[0].ended and nbest[0].log_prob == pytest.approx(
         translator.score_ids(sources, [nbest[0].ids])[0]
     )
+
+
+def test_a_constrained_translation_that_ends_with_eos_is_scored_with_it():
+    model = random_model(3, eos_bias=30.0)  # EOS as soon as the constraints let it
+    translator = Translator(model, tokenizer=None, settings=EvalConfig(max_len_offset=1, beam_size=4))
+    sources, constraints = [[5, 6], [7]], [[[9, 10, 11], [12]], [[13]]]
+    for beam in (1, 4):
+        found = translator.translate_ids(sources, beam=beam, with_scores=True, constraints=constraints)
+        for src, (hyp,), phrases in zip(sources, found, constraints):
+            assert hyp.met and hyp.ended and sorted(hyp.ids) == sorted(sum(phrases, []))  # only the phrases
+            assert hyp.log_prob == pytest.approx(translator.score_ids([src], [hyp.ids])[0])  # with its EOS
 
 
 def test_sampling_with_a_beam_is_refused_with_scores_and_n_best_lists_too():
