@@ -38,10 +38,19 @@ def in_process(translator: Translator, sentence: str, beam: int) -> tuple[str, f
 
 
 def served(connection: http.client.HTTPConnection, sentence: str, beam: int) -> tuple[str, float]:
+    """The service's translation of ``sentence`` and its seconds. A kept-alive connection that the server
+    closed while it was idle (uvicorn closes one after 5 s) is opened again, as clients do."""
     body = json.dumps({"texts": [sentence], "beam": beam})
-    start = time.perf_counter()
-    connection.request("POST", "/translate", body, {"Content-Type": "application/json"})
-    response = connection.getresponse()
+    for attempt in (1, 2):
+        start = time.perf_counter()
+        try:
+            connection.request("POST", "/translate", body, {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            break
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            connection.close()
+            if attempt == 2:
+                raise
     answer = json.loads(response.read())
     seconds = time.perf_counter() - start
     if response.status != 200:
