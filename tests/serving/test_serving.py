@@ -17,7 +17,7 @@ pytest.importorskip("fastapi", reason='the serve extra: pip install -e ".[serve]
 from servers import LINES, Server, translate_py
 
 from transformer.inference.translator import Translator
-from transformer.serving.answers import unpacked
+from transformer.serving.answers import answer_group, unpacked
 from transformer.serving.batcher import Batcher, Job
 
 
@@ -53,6 +53,16 @@ def test_constraints_equal_translate_py_s_and_a_text_without_any_is_translated_a
     assert got == expected and "red hat" in got[0] and "met" not in answer["translations"][0]
     status, nbest = server.translate(texts=texts[:1], beam=4, nbest=2)
     assert status == 200 and all("dog" in h["text"] for h in nbest["translations"][0])
+
+
+def test_an_answer_whose_translation_misses_a_constraint_says_met_false(tiny_checkpoint, monkeypatch):
+    def nothing_met(self, src_ids, settings, constraints, prefixes=None, nbest=1):
+        return [[([5], -1.0, False)] for _ in src_ids]
+
+    monkeypatch.setattr(Translator, "search_constrained", nothing_met)
+    translator = Translator.from_checkpoint(tiny_checkpoint)
+    (answers,) = answer_group(translator, [Job([LINES[0], LINES[2]], 4, constraints=[["dog"], []])])
+    assert answers[0]["met"] is False and "met" not in answers[1]
 
 
 @pytest.mark.parametrize(
