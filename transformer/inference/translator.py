@@ -285,9 +285,11 @@ class Translator:
         plain = sorted(set(todo) - set(phrased))
         results = [[Hypothesis([], 0.0, True, 0.0)] for _ in sources]
         rows = lambda chosen, given: None if given is None else [given[i] for i in chosen]  # noqa: E731
-        found = self._hypotheses(
-            [sources[i] for i in plain], settings, nbest, with_scores, rows(plain, prefixes), sampling
-        )
+        found = []
+        if plain:  # (a batch all of whose sentences have constraints runs no plain search)
+            found = self._hypotheses(
+                [sources[i] for i in plain], settings, nbest, with_scores, rows(plain, prefixes), sampling
+            )
         if phrased:
             found += self._constrained([sources[i] for i in phrased], settings, nbest, with_scores,
                                        rows(phrased, prefixes), rows(phrased, constraints))  # fmt: skip
