@@ -1,6 +1,6 @@
 """Train a Transformer translation model and report BLEU — the training story, top to bottom.
 
-    python train.py --config configs/multi30k_de_en.yaml [--run-dir DIR] [--set train.max_steps=200 ...]
+    python train.py --config multi30k_de_en [--run-dir DIR] [--set train.max_steps=200 ...]
                     [--resume | --overwrite] [--data-dir DIR]
     torchrun --nproc_per_node=N train.py ...        # data-parallel on N GPUs (NCCL) or CPU processes (gloo)
 
@@ -48,7 +48,7 @@ STOP_REASONS = (None, "max_steps", "max_epochs", "max_minutes", "patience")
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = UsageParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--config", required=True, help="a YAML file, or the name of one in configs/ (e.g. tiny)"
+        "--config", required=True, help="a YAML file, or the name of one in transformer/configs/ (e.g. tiny)"
     )
     parser.add_argument("--run-dir", default=None, help="output folder (default runs/<config name>)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")

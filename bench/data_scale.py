@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MAIN_CONFIG = "configs/multi30k_de_en.yaml"
+MAIN_CONFIG = "transformer/configs/multi30k_de_en.yaml"
 
 
 def make_corpus(folder: Path, n_pairs: int, data_dir: Path) -> str:

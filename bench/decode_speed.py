@@ -12,7 +12,7 @@ and how many lines differ.
 The checkpoint may be a training one or an inference-only one made beforehand with
 ``python -m transformer.interop.slim RUN/best.pt model.pt`` (config, weights and tokenizer: small enough to
 copy to another machine). Without --checkpoint it uses runs/decode_bench/best.pt if it is there; otherwise it
-refuses, unless ``--train-minutes N`` asks it to train one first with train.py (configs/multi30k_de_en.yaml).
+refuses, unless ``--train-minutes N`` asks it to train one first with train.py (multi30k_de_en).
 
 Last lines: fast_vs_plain_greedy= and fast_vs_plain_beam=<the fast tier's sentences/s ÷ the plain
 core's>, speedup_cache=<cached greedy sentences/s ÷ uncached greedy sentences/s>.
@@ -100,7 +100,7 @@ def parse_args(argv=None):
 
 def train_checkpoint(data_dir: str | None, minutes: float) -> Path:
     command = [
-        sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs/multi30k_de_en.yaml"),
+        sys.executable, str(ROOT / "train.py"), "--config", "multi30k_de_en",
         "--run-dir", str(DEFAULT_RUN), "--set", f"train.max_minutes={minutes}", "--set", "eval.every_steps=0",
     ] + (["--data-dir", data_dir] if data_dir else [])  # fmt: skip
     print(f"no checkpoint given: training one ({minutes} min budget) into {DEFAULT_RUN}", flush=True)

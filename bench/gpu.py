@@ -11,7 +11,7 @@ ones, and a stage that fails or runs out of time is recorded with its error and 
   throughput  60 s   training target tokens/s of our model vs the same model on nn.Transformer (bench/
                      train_throughput.py), base sizes, bf16, real Multi30k batches of base.yaml's and the
                      GPU config's size; MFU against 989 TFLOP/s (dense bf16, H100/H200 SXM)
-  train      375 s   train.py on configs/multi30k_de_en_gpu.yaml for train.max_minutes (--train-minutes) plus
+  train      375 s   train.py on config multi30k_de_en_gpu for train.max_minutes (--train-minutes) plus
                      75 s of setup and test decoding: test BLEU (greedy) with the sacreBLEU signature; the
                      TensorBoard events (scalars and texts, no heatmaps, at most 8 MiB) go to OUT/tensorboard/
   decode      55 s   greedy (cached / uncached) and beam 4 on test_2016_flickr with train's best.pt (or
@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-GPU_CONFIG = ROOT / "configs/multi30k_de_en_gpu.yaml"
-BASE_CONFIG = ROOT / "configs/base.yaml"
+GPU_CONFIG = ROOT / "transformer/configs/multi30k_de_en_gpu.yaml"
+BASE_CONFIG = ROOT / "transformer/configs/base.yaml"
 PEAK_TFLOPS = 989.0  # dense bf16 of an H100 / H200 SXM
 MIN_STAGE_S = 20.0  # a stage with less time than this left in the budget is skipped
 # Each stage's share of the budget in seconds at the default 570 s; the train stage's is train.max_minutes
@@ -87,7 +87,7 @@ class Plan:
     throughput_tokens: list[int]  # batch sizes (padded tokens) to measure
     throughput_steps: int
     vocab_size: int
-    train_overrides: list[str]  # on configs/multi30k_de_en_gpu.yaml
+    train_overrides: list[str]  # on transformer/configs/multi30k_de_en_gpu.yaml
     checkpoint: str | None  # for decode; None: train's best.pt
     decode_limit: int  # 0: the whole test set
     compile_backend: str

@@ -44,8 +44,8 @@ from transformer.runtime.precision import size_onednn_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = {
-    "default": load_config(ROOT / "configs/multi30k_de_en.yaml").model,
-    "base": load_config(ROOT / "configs/base.yaml").model,
+    "default": load_config(ROOT / "transformer/configs/multi30k_de_en.yaml").model,
+    "base": load_config(ROOT / "transformer/configs/base.yaml").model,
 }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import DATA_DIR, ROOT
+from helpers import CONFIGS, DATA_DIR, ROOT
 
 from transformer.training import multi30k
 from transformer.training.corpus import Corpus
@@ -52,11 +52,11 @@ def multi30k_dir() -> Path:
 def tiny_checkpoint(tmp_path_factory, multi30k_dir) -> Path:
     """best.pt of a tiny model trained once per session by train.py (~12 s on one CPU core).
 
-    configs/tiny.yaml with 300 steps on 3000 pairs, so that it translates into more than one repeated token.
+    the tiny config with 300 steps on 3000 pairs, so that it translates into more than one repeated token.
     """
     run_dir = tmp_path_factory.mktemp("tiny_run")
     command = [
-        sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs" / "tiny.yaml"),
+        sys.executable, str(ROOT / "train.py"), "--config", str(CONFIGS / "tiny.yaml"),
         "--run-dir", str(run_dir), "--data-dir", str(multi30k_dir), "--set", "train.max_steps=300",
         "--set", "data.train_limit=3000", "--set", "eval.every_steps=0",
     ]  # fmt: skip

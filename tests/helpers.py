@@ -16,7 +16,8 @@ from transformer.core.model import Transformer
 from transformer.training import multi30k
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = str(ROOT / "configs/tiny.yaml")
+CONFIGS = ROOT / "transformer" / "configs"  # the configs the package ships
+TINY = str(CONFIGS / "tiny.yaml")
 
 # Multi30k, found by the project's one rule ($MULTI30K_DIR, else data/multi30k: data/README.md). `make test`
 # fetches it first (`make data`); a test never skips for missing data, it fails and says how to get it.

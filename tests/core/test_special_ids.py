@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 import torch
-from helpers import ROOT
+from helpers import CONFIGS
 
 import train
 from transformer.core.batches import iter_batches, make_batches
@@ -16,7 +16,7 @@ from transformer.core.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from transformer.runtime.configs import load_config
 from transformer.training.run import setup
 
-TINY = ROOT / "configs" / "tiny.yaml"
+TINY = CONFIGS / "tiny.yaml"
 
 
 def test_a_pad_start_model_trains_from_pad(multi30k_dir, tmp_path):

@@ -6,7 +6,7 @@ import re
 
 import generate
 import pytest
-from helpers import ROOT
+from helpers import CONFIGS, ROOT
 
 from transformer.inference.cli_options import build_parser
 from transformer.runtime.configs import Config
@@ -86,10 +86,10 @@ def test_the_attention_page_counts_its_mistakes_as_its_tables_do():
 
 
 def test_the_main_configs_step_counts_are_the_measured_runs():
-    """The step counts in configs/multi30k_de_en.yaml's comments: the range of the runs docs/figures.json
+    """The step counts in multi30k_de_en.yaml's comments: the range of the runs docs/figures.json
     holds, to the hundred below."""
     runs = json.loads((ROOT / "docs" / "figures.json").read_text("utf-8"))["main_job"]["runs"]
     steps = [run["steps"] for run in runs]
     expected = f"{min(steps) // 100 * 100:,}-{max(steps) // 100 * 100:,}"
-    found = re.findall(r"\d,\d{3}-\d,\d{3}", (ROOT / "configs" / "multi30k_de_en.yaml").read_text("utf-8"))
+    found = re.findall(r"\d,\d{3}-\d,\d{3}", (CONFIGS / "multi30k_de_en.yaml").read_text("utf-8"))
     assert found and set(found) == {expected}

@@ -9,7 +9,7 @@ import re
 
 import pytest
 import readme_figures
-from helpers import ROOT
+from helpers import CONFIGS, ROOT
 
 from transformer.runtime.configs import load_config
 
@@ -46,7 +46,7 @@ def test_anchors_are_githubs():
     )
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
 def test_a_config_header_names_its_own_budget(path):
     header = "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith("#"))
     stated = [float(m) for m in re.findall(r"(\d+(?:\.\d+)?)[- ]minute", header)]

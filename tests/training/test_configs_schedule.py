@@ -5,7 +5,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import DATA_DIR, ROOT, needs_data
+from helpers import CONFIGS, DATA_DIR, ROOT, needs_data
 
 from transformer.core.batches import make_batches
 from transformer.runtime.configs import Config, load_config
@@ -13,7 +13,7 @@ from transformer.training.multi30k import load_multi30k
 from transformer.training.splits import clean_pairs, encode_split
 from transformer.training.tokenizer_job import train_tokenizer
 
-CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+CONFIG_FILES = sorted(CONFIGS.glob("*.yaml"))
 WARMUP_SHARE = 0.5  # warmup may take at most this share of the shortest possible run
 TIME_ONLY_EPOCHS = 2  # a run bounded only by max_minutes: warmup within this many epochs
 
@@ -41,7 +41,7 @@ def run_steps(config: Config, per_epoch: float) -> float | None:
 
 
 @needs_data
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)
 def test_warmup_ends_well_before_the_run_can_end(path):
     config = load_config(path)
     if config.data.dataset != "multi30k":  # epochs unknown here: the step budget bounds it
@@ -62,8 +62,10 @@ def test_warmup_ends_well_before_the_run_can_end(path):
 
 @needs_data
 def test_the_old_base_schedule_is_caught():
-    """Before the fix configs/base.yaml had warmup 4000 and 100 epochs of 50000-token batches: it fails."""
-    old = load_config(ROOT / "configs/base.yaml", ["train.warmup_steps=4000", "train.max_steps=100000"])
+    """Before the fix base.yaml had warmup 4000 and 100 epochs of 50000-token batches: it fails."""
+    old = load_config(
+        ROOT / "transformer/configs/base.yaml", ["train.warmup_steps=4000", "train.max_steps=100000"]
+    )
     per_epoch = steps_per_epoch(old)
     assert 20 <= per_epoch <= 30  # 24 on the mirror: the paper's warmup would be 170 epochs
     assert old.train.warmup_steps > WARMUP_SHARE * run_steps(old, per_epoch)

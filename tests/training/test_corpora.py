@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import NO_HEATMAPS, ROOT
+from helpers import CONFIGS, NO_HEATMAPS, ROOT
 
 from transformer.core.config import ConfigError
 from transformer.runtime.configs import load_config
@@ -40,7 +40,7 @@ def three_languages(tmp_path_factory, multi30k_dir) -> Path:
 
 
 def config_with(corpora: list[dict], *overrides: str):
-    return load_config(ROOT / "configs" / "tiny.yaml", [f"data.corpora={json.dumps(corpora)}", *overrides])
+    return load_config(CONFIGS / "tiny.yaml", [f"data.corpora={json.dumps(corpora)}", *overrides])
 
 
 def train(tmp_path: Path, name: str, corpora: list[dict], *overrides: str) -> subprocess.CompletedProcess:
@@ -115,7 +115,7 @@ def test_a_refused_config_writes_nothing(tmp_path, three_languages):
 
 
 def test_the_one_corpus_of_a_run_without_corpora_is_its_data_section():
-    config = load_config(ROOT / "configs" / "tiny.yaml")
+    config = load_config(CONFIGS / "tiny.yaml")
     (part,) = parts_of(config.data)
     assert (part.name, part.data, part.weight, part.tag) == ("de-en", config.data, 1.0, None)
     assert prefix_pieces(part, [part]) == [] and user_symbols([part]) == []

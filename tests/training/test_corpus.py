@@ -6,7 +6,7 @@ from pathlib import Path
 
 import datasets
 import pytest
-from helpers import ROOT
+from helpers import CONFIGS, ROOT
 
 import train
 from transformer.runtime.configs import DataConfig, load_config
@@ -62,7 +62,7 @@ def test_hub_corpus_needs_every_split(monkeypatch):
 
 def test_train_py_runs_on_local_text_files(tmp_path):
     write_text_corpus(tmp_path / "toy", n_train=200)
-    args = ["--config", str(ROOT / "configs/tiny.yaml"), "--run-dir", str(tmp_path / "run")]
+    args = ["--config", str(ROOT / "transformer/configs/tiny.yaml"), "--run-dir", str(tmp_path / "run")]
     for override in ("data.dataset=text", f"data.text_prefix={tmp_path / 'toy'}", "data.vocab_size=60",
                      "train.max_steps=4", "eval.every_steps=0"):  # fmt: skip
         args += ["--set", override]
@@ -73,9 +73,9 @@ def test_train_py_runs_on_local_text_files(tmp_path):
 
 
 def test_the_wmt14_config_loads_through_a_local_file_in_the_hubs_format(tmp_path, monkeypatch):
-    """configs/wmt14_en_de_base.yaml: hub wmt14 de-en read as en -> de; the hub stands in for a local JSON
+    """wmt14_en_de_base.yaml: hub wmt14 de-en read as en -> de; the hub stands in for a local JSON
     file of `translation` rows, as the hub's wmt14 builder returns them."""
-    config = load_config(ROOT / "configs" / "wmt14_en_de_base.yaml")
+    config = load_config(CONFIGS / "wmt14_en_de_base.yaml")
     assert (config.data.hub_name, config.data.hub_config, config.data.src_lang) == ("wmt14", "de-en", "en")
     assert config.data.max_tokens * config.train.accum_steps == 50_000  # ~25k source + ~25k target tokens
     assert config.model.d_model == 512 and config.eval.average_last == 5 and config.data.vocab_size == 37000

@@ -32,7 +32,7 @@ def write_split(stem, rows, gz=False) -> None:
 
 def tiny_run(tmp_path, *overrides: str) -> dict:
     """train.py's main on the tiny config with these overrides, 4 steps; its results.json."""
-    args = ["--config", str(ROOT / "configs/tiny.yaml"), "--run-dir", str(tmp_path / "run")]
+    args = ["--config", str(ROOT / "transformer/configs/tiny.yaml"), "--run-dir", str(tmp_path / "run")]
     for override in ("data.vocab_size=60", "train.max_steps=4", "eval.every_steps=0", *overrides):
         args += ["--set", override]
     assert train.main(args) == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import DATA_DIR, ROOT, needs_data, run_train
+from helpers import CONFIGS, DATA_DIR, needs_data, run_train
 
 from transformer.core.checkpoint import load_checkpoint
 from transformer.core.config import ConfigError
@@ -20,7 +20,7 @@ from transformer.runtime.checkpoints import load_for_inference
 from transformer.runtime.configs import load_config
 from transformer.training.fine_tuning import load_source, with_source_model
 
-TINY = ROOT / "configs" / "tiny.yaml"
+TINY = CONFIGS / "tiny.yaml"
 
 
 @needs_data

@@ -17,7 +17,7 @@ from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.training.run_folder import link_checkpoint
 
-TINY = str(ROOT / "configs/tiny.yaml")
+TINY = str(ROOT / "transformer/configs/tiny.yaml")
 COMMON = ["eval.every_steps=0", "train.checkpoint_every=2", "train.max_steps=16"]
 
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, needs_data
+from helpers import CONFIGS, ROOT, needs_data
 
 from transformer.core.config import ConfigError
 from transformer.runtime.configs import DataConfig, find_config, load_config
@@ -29,8 +29,8 @@ def checkout_files() -> dict[str, int]:
 
 def test_a_config_is_found_by_name_or_by_path_from_any_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert find_config("tiny") == ROOT / "configs" / "tiny.yaml"
-    assert find_config("tiny.yaml") == ROOT / "configs" / "tiny.yaml"
+    assert find_config("tiny") == CONFIGS / "tiny.yaml"
+    assert find_config("tiny.yaml") == CONFIGS / "tiny.yaml"
     (tmp_path / "mine.yaml").write_text("model:\n  d_model: 64\n  n_heads: 2\n", encoding="utf-8")
     assert load_config("mine.yaml").model.d_model == 64  # a path from the current folder
     assert load_config(tmp_path / "mine.yaml").model.d_model == 64

@@ -206,7 +206,7 @@ def test_cleaning_rules_count_what_each_drops():
 @needs_data
 def test_the_store_gives_the_ids_and_pairs_the_old_in_memory_path_gave(tmp_path):
     config = load_config(
-        "configs/multi30k_de_en.yaml", [f"data.cache_dir={tmp_path}", "data.train_limit=4000"]
+        "transformer/configs/multi30k_de_en.yaml", [f"data.cache_dir={tmp_path}", "data.train_limit=4000"]
     )
     corpus = load_multi30k("de", "en", DATA_DIR)
     assert isinstance(corpus["train"], ParallelFiles)
@@ -265,7 +265,7 @@ def test_bad_training_files_stop_the_run_before_its_folder_exists(tmp_path, caps
     for split, n in (("train", 30), ("valid", 5), ("test", 5)):
         write_pair(tmp_path, SRC[:n], TGT[:n], name=f"c.{split}")
     (tmp_path / "c.train.en").write_text("".join(t + "\n" for t in TGT[:29]), encoding="utf-8")
-    argv = ["--config", str(ROOT / "configs/tiny.yaml"), "--run-dir", str(tmp_path / "run"),
+    argv = ["--config", str(ROOT / "transformer/configs/tiny.yaml"), "--run-dir", str(tmp_path / "run"),
             "--set", "data.dataset=text", "--set", f"data.text_prefix={tmp_path / 'c'}",
             "--set", f"data.cache_dir={tmp_path / 'cache'}"]  # fmt: skip
     assert train.main(argv) == 1

@@ -85,7 +85,7 @@ def build_parser() -> UsageParser:
     parser.add_argument(
         "--length-penalty", type=float, default=None, metavar="A",
         help="beam search length penalty α: larger prefers longer translations (default: the checkpoint's "
-        "eval.length_penalty: the paper's 0.6, or 3.0 in configs/multi30k_de_en.yaml and _long.yaml, which "
+        "eval.length_penalty: the paper's 0.6, or 3.0 in the configs multi30k_de_en and _long, which "
         "scored best on their validation set)",
     )  # fmt: skip
     parser.add_argument(

@@ -22,7 +22,7 @@ from transformer.core.config import (
     build_section,
 )
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"  # the project's configs, found by name
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"  # the configs the package ships, found by name
 
 
 @dataclass(frozen=True)
@@ -135,8 +135,8 @@ def parse_override(text: str) -> tuple[str, str, Any]:
 
 
 def find_config(name: str | Path) -> Path:
-    """A config's file: ``name`` as a path (from the current folder), else configs/<name>.yaml of the
-    project ("tiny" is configs/tiny.yaml, from any folder)."""
+    """A config's file: ``name`` as a path (from the current folder), else the config of that name the
+    package ships, in transformer/configs/ ("tiny" is tiny.yaml there, from any folder)."""
     path = Path(name)
     if path.is_file():
         return path
