@@ -60,7 +60,7 @@ def make_corpus(folder: Path, n_pairs: int, data_dir: Path) -> str:
 def first_step(tree: Path, run_dir: Path, overrides: list[str]) -> None:
     """(In a child process) train.py's setup and one optimizer step, then print the seconds since start."""
     sys.path.insert(0, str(tree))
-    import train
+    from transformer.commands import train
     from transformer.runtime.configs import load_config
     from transformer.training.run import setup
 

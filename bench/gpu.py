@@ -211,7 +211,7 @@ def stage_compile(plan: Plan, work: Path, out: Path, save: Callable[[dict], None
 
 
 def stage_train(plan: Plan, work: Path, out: Path, save: Callable[[dict], None]) -> dict:
-    import train
+    from transformer.commands import train
 
     run_dir = work / "run"
     argv = ["--config", str(GPU_CONFIG), "--run-dir", str(run_dir)] + [

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-import train
-import translate
+from transformer.commands import train, translate
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.training import multi30k

@@ -246,7 +246,7 @@ def test_train_py_trains_where_datasets_cannot_be_imported(tmp_path, no_datasets
     code = (
         "import sys\n"
         "try:\n    import datasets\nexcept ImportError:\n    pass\nelse:\n    sys.exit('datasets imported')\n"
-        "import train\n"
+        "from transformer.commands import train\n"
         f"sys.exit(train.main(['--config', 'tiny', '--run-dir', {str(tmp_path / 'run')!r},\n"
         f"    '--data-dir', {str(DATA_DIR)!r}, '--set=train.max_steps=3', '--set=eval.every_steps=0',\n"
         "    '--set=data.eval_limit=4']))\n"

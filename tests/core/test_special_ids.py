@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import CONFIGS
 
-import train
+from transformer.commands import train
 from transformer.core.batches import iter_batches, make_batches
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer

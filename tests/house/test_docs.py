@@ -30,7 +30,7 @@ def test_every_config_key_and_every_flag_is_documented():
     flags = [flag for action in build_parser()._actions for flag in action.option_strings if flag != "-h"]
     missing = [flag for flag in flags if f"`{flag}`" not in translate and flag != "--help"]
     assert not missing and "--prefix-text" in flags
-    import serve
+    from transformer.commands import serve
 
     serving = (ROOT / "docs" / "serving.md").read_text("utf-8")
     flags = [flag for action in serve.build_parser()._actions for flag in action.option_strings]

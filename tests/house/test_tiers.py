@@ -1,9 +1,9 @@
-"""The package's tiers, read from every module's imports: core, reference, fast, runtime, interop, training,
-inference, serving; each module imports only from its own tier and the ones before it, ``interop/`` only
-through its one door (``interop/formats.py``, which imports the rest of ``interop/``, and so
-``transformers``, only inside a function, when a released model is met), and no modules import each other
-in a loop. The core is the paper in plain PyTorch: no hand-written gradient, no private API, no patched
-method."""
+"""The package's tiers, read from every module's imports: core, reference, fast, runtime, interop,
+training, inference, serving, commands; each module imports only from its own tier and the ones before it,
+``interop/`` only through its one door (``interop/formats.py``, which imports the rest of ``interop/``, and
+so ``transformers``, only inside a function, when a released model is met), and no modules import each
+other in a loop. The core is the paper in plain PyTorch: no hand-written gradient, no private API, no
+patched method."""
 
 import ast
 import subprocess
@@ -13,7 +13,7 @@ from pathlib import Path
 from helpers import ROOT
 
 PACKAGE = ROOT / "transformer"
-TIERS = ("core", "reference", "fast", "runtime", "interop", "training", "inference", "serving")
+TIERS = ("core", "reference", "fast", "runtime", "interop", "training", "inference", "serving", "commands")
 DOOR = "transformer.interop.formats"  # the module of interop/ others import; it imports the rest lazily
 CORE_LINES = 1600
 
@@ -27,9 +27,10 @@ MODULES = {module_of(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
 def tier(module: str) -> int | None:
-    """The tier of a module of the package (None: the package's face, ``transformer/__init__.py``)."""
+    """The tier of a module of the package (None: the package's faces, ``transformer/__init__.py`` and
+    ``__main__.py``)."""
     parts = module.split(".")
-    return TIERS.index(parts[1]) if len(parts) > 1 else None
+    return TIERS.index(parts[1]) if len(parts) > 1 and parts[1] != "__main__" else None
 
 
 def imports(source: str) -> list[tuple[str, bool, int]]:

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-import translate
+from transformer.commands import translate
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.inference import quantize

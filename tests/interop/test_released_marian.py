@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import DATA_DIR, as_pre_norm
 
-import translate
+from transformer.commands import translate
 from transformer.inference.translator import Translator
 from transformer.interop.marian import main as marian_main
 from transformer.interop.marian import save_marian_tokenizer

@@ -310,7 +310,7 @@ def test_a_bad_checkpoint_precision_device_or_port_is_one_line_before_the_server
 def test_answers_on_a_kept_alive_connection_are_not_held_back_by_nagle(server):
     """serve.py opens its own socket: it must name IPPROTO_TCP, or asyncio leaves TCP_NODELAY off and each
     answer on a kept-alive connection waits ~40 ms for the client's delayed ACK."""
-    import serve
+    from transformer.commands import serve
 
     with serve.listen("127.0.0.1", 0) as sock:
         assert sock.proto == socket.IPPROTO_TCP

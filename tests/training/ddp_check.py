@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import torch
 
-import train
+from transformer.commands import train
 from transformer.core.batches import collate, make_batches
 from transformer.core.config import ModelConfig, TrainConfig
 from transformer.core.model import Transformer

@@ -8,7 +8,7 @@ import datasets
 import pytest
 from helpers import CONFIGS, ROOT
 
-import train
+from transformer.commands import train
 from transformer.runtime.configs import DataConfig, load_config
 from transformer.runtime.lines import DataError
 from transformer.training.corpus import load_hub_dataset, load_parallel_text, read_lines, read_parallel

@@ -8,7 +8,7 @@ import datasets
 import pytest
 from helpers import ROOT
 
-import train
+from transformer.commands import train
 from transformer.runtime.configs import DataConfig
 from transformer.runtime.lines import DataError
 from transformer.training.carving import Carved

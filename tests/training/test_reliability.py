@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import DATA_DIR, ROOT, needs_data
 
-import train
+from transformer.commands import train
 from transformer.core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer

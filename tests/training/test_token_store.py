@@ -260,7 +260,7 @@ def test_processes_building_the_same_entry_wait_for_each_other(tmp_path, tokeniz
 
 
 def test_bad_training_files_stop_the_run_before_its_folder_exists(tmp_path, capsys):
-    import train
+    from transformer.commands import train
 
     for split, n in (("train", 30), ("valid", 5), ("test", 5)):
         write_pair(tmp_path, SRC[:n], TGT[:n], name=f"c.{split}")

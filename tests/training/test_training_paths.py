@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from helpers import DATA_DIR, ROOT, needs_data, run_train
 
-import train
+from transformer.commands import train
 from transformer.core.batches import collate
 from transformer.core.checkpoint import load_checkpoint
 from transformer.core.config import ModelConfig, TrainConfig

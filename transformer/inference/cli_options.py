@@ -5,7 +5,7 @@ import sys
 
 from transformer.inference.constraints import GREEDY_BEAM
 from transformer.runtime.precision import DECODE_PRECISIONS
-from transformer.runtime.usage import UsageParser
+from transformer.runtime.usage import UsageParser, command_name
 
 DESCRIPTION = """\
 Translate with a checkpoint written by train.py (or its run folder), or a released Marian model: one line
@@ -60,7 +60,7 @@ of range); either is one line on stderr.
 def build_parser() -> UsageParser:
     """Every flag of translate.py with its help (docs/translate.md is generated from it)."""
     parser = UsageParser(
-        prog="translate.py",
+        prog=command_name("translate"),
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

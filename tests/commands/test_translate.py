@@ -11,7 +11,7 @@ import torch
 from helpers import DATA_DIR, ROOT, run_translate
 
 import transformer.inference.translator as translator_module
-import translate
+from transformer.commands import translate
 from transformer.core.decoding import beam_search, greedy_decode
 from transformer.inference.translator import encode_lines
 from transformer.runtime.checkpoints import load_for_inference

@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import ROOT
 
-import translate
+from transformer.commands import translate
 from transformer.inference.sampling import Sampling, sample_tokens
 from transformer.inference.translator import Translator
 
