@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# Where Multi30k is (data/README.md): DATA_DIR=DIR, else $MULTI30K_DIR, else data/multi30k (downloaded).
+# Where Multi30k is (data/README.md): DATA_DIR=DIR, else $MULTI30K_DIR, else the user's data folder
+# ($XDG_DATA_HOME/transformer-mt/multi30k, by default ~/.local/share/transformer-mt/multi30k; downloaded).
 DATA_DIR ?=
 CONFIG ?= multi30k_de_en  # a config the package ships (transformer/configs/), or a YAML path
 RUN_DIR ?= runs/multi30k_de_en
@@ -14,13 +15,13 @@ PYTEST_FLAGS ?=  # e.g. -x, -k attention, tests/core/test_model.py
 help:
 	@echo "make train   set up .venv, fetch Multi30k, train CONFIG into RUN_DIR and print test BLEU"
 	@echo "make test    set up .venv, fetch Multi30k, run the whole test suite (pytest)"
-	@echo "make data    fetch Multi30k into data/multi30k and check its SHA-256 sums (or check DATA_DIR)"
+	@echo "make data    fetch Multi30k into ~/.local/share/transformer-mt/multi30k, check its SHA-256 sums (or check DATA_DIR)"
 	@echo "make setup   create .venv with torch 2.13.0 and the package (extras dev, hf, hub, int8, serve)"
 	@echo "make lint    ruff check and ruff format --check"
 	@echo "make clean   remove .venv, runs/ and the token cache (\$$TRANSFORMER_MT_CACHE, else ~/.cache/transformer-mt)"
 	@echo
 	@echo "variables: CONFIG=$(CONFIG)  RUN_DIR=$(RUN_DIR)  TRAIN_FLAGS=--overwrite|--resume"
-	@echo "           DATA_DIR=folder with the Multi30k files (else \$$MULTI30K_DIR, else data/multi30k;"
+	@echo "           DATA_DIR=folder with the Multi30k files (else \$$MULTI30K_DIR, else your data folder;"
 	@echo "           MULTI30K_URL=another download mirror)  PYTEST_FLAGS=...  PYTHON=$(PYTHON)  VENV=$(VENV)"
 
 $(VENV)/.installed: pyproject.toml

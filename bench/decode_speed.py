@@ -74,7 +74,7 @@ def _at_least_one(text: str) -> int:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", help=f"training or slim checkpoint (default: {DEFAULT_RUN}/best.pt)")
-    parser.add_argument("--data-dir", help="Multi30k folder (default: $MULTI30K_DIR, else data/multi30k)")
+    parser.add_argument("--data-dir", help="Multi30k folder (else $MULTI30K_DIR, else your data folder)")
     parser.add_argument("--limit", type=int, default=0, help="only the first N test sentences (smoke runs)")
     parser.add_argument("--max-tokens", type=int, help="batch size (default: checkpoint eval.max_tokens)")
     parser.add_argument("--beam", type=int, default=4)

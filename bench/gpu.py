@@ -23,7 +23,8 @@ minute of training beside the other stages is an error. OUT/results.json is writ
 stage (the stage marked unfinished: what a kill leaves) and after it; SIGTERM or Ctrl-C ends the running
 stage, keeps its figures so far and starts no other.
 
-Data: --data-dir, else $MULTI30K_DIR, else the checkout's data/multi30k (git-ignored; see data/README.md).
+Data: --data-dir, else $MULTI30K_DIR (bench/gpu.sh sets it to the checkout's data/multi30k when there is
+a copy).
 Nothing else is needed: no network, no ``datasets``.
 """
 
@@ -408,7 +409,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", help="folder for results.json and tensorboard/")
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, seconds per stage")
-    parser.add_argument("--data-dir", help="Multi30k folder (default: $MULTI30K_DIR, else data/multi30k)")
+    parser.add_argument("--data-dir", help="Multi30k folder (else $MULTI30K_DIR, else your data folder)")
     parser.add_argument(
         "--train-minutes", type=float, default=5.0, help="train stage budget (train.max_minutes)"
     )

@@ -41,7 +41,7 @@ def report(name: str, batches: list[list[int]], src_ids, tgt_ids) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", help="Multi30k folder (default: $MULTI30K_DIR, else data/multi30k)")
+    parser.add_argument("--data-dir", help="Multi30k folder (else $MULTI30K_DIR, else your data folder)")
     parser.add_argument("--tokenizer", default="runs/bench/spm_de_en_8000.model")
     parser.add_argument("--max-tokens", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=0)

@@ -8,13 +8,13 @@
 # usage: bash bench/same_run.sh SRC_TREE OUT_DIR [DATA_DIR]   (about 10 minutes on 2 CPU cores)
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
-SRC=$1; OUT=$2; DATA=${3:-${MULTI30K_DIR:-$HERE/data/multi30k}}  # the rule of data/README.md, from this checkout
+SRC=$1; OUT=$2; DATA=${3:-${MULTI30K_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/transformer-mt/multi30k}}  # data/README.md's rule
 PY=$HERE/.venv/bin/python
 cd "$SRC"
 rm -rf "$OUT"; mkdir -p "$OUT"
-"$PY" train.py --config configs/multi30k_de_en.yaml --run-dir "$OUT/single" --data-dir "$DATA" \
+"$PY" train.py --config multi30k_de_en --run-dir "$OUT/single" --data-dir "$DATA" \
   --set train.max_steps=200 --set train.max_minutes=0 --set eval.every_steps=100 > "$OUT/single.log" 2>&1
 OMP_NUM_THREADS=1 "$PY" -m torch.distributed.run --standalone --nproc_per_node=2 train.py \
-  --config configs/multi30k_de_en.yaml --run-dir "$OUT/ddp" --data-dir "$DATA" --set train.max_steps=100 \
+  --config multi30k_de_en --run-dir "$OUT/ddp" --data-dir "$DATA" --set train.max_steps=100 \
   --set train.max_minutes=0 --set eval.every_steps=50 --set data.eval_limit=200 > "$OUT/ddp.log" 2>&1
 echo "wrote $OUT/single and $OUT/ddp"

@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--max-seconds", type=float, default=600.0, help="per phase")
     parser.add_argument(
-        "--data-dir", default=None, help="Multi30k folder (else $MULTI30K_DIR, else data/multi30k)"
+        "--data-dir", default=None, help="Multi30k folder (else $MULTI30K_DIR, else your data folder)"
     )
     args = parser.parse_args(argv)
     sentences = load_multi30k("de", "en", args.data_dir)["test"].src[: args.sentences]

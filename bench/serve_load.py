@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client", choices=("asyncio", "threads"), default="asyncio",
                         help="asyncio connections in one thread, or a thread per connection")  # fmt: skip
     parser.add_argument(
-        "--data-dir", default=None, help="Multi30k folder (else $MULTI30K_DIR, else data/multi30k)"
+        "--data-dir", default=None, help="Multi30k folder (else $MULTI30K_DIR, else your data folder)"
     )
     args = parser.parse_args(argv)
     sentences = load_multi30k("de", "en", args.data_dir)["test"].src[: args.sentences]

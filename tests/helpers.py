@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "transformer" / "configs"  # the configs the package ships
 TINY = str(CONFIGS / "tiny.yaml")
 
-# Multi30k, found by the project's one rule ($MULTI30K_DIR, else data/multi30k: data/README.md). `make test`
-# fetches it first (`make data`); a test never skips for missing data, it fails and says how to get it.
+# Multi30k, found by the project's one rule ($MULTI30K_DIR, else your data folder: data/README.md).
+# `make test` fetches it first (`make data`); a test never skips for missing data, it fails and says how to
+# get it.
 DATA_DIR, _ = multi30k.locate()
 
 needs_data = pytest.mark.usefixtures("multi30k_dir")  # a test that reads DATA_DIR: fails without it

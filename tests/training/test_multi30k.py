@@ -55,14 +55,14 @@ def server(multi30k_dir, tmp_path, monkeypatch):
     thread.start()
     monkeypatch.delenv("MULTI30K_DIR", raising=False)
     monkeypatch.setenv("MULTI30K_URL", f"http://127.0.0.1:{httpd.server_address[1]}/raw")
-    monkeypatch.setattr(multi30k, "DEFAULT_DIR", tmp_path / "data" / "multi30k")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     yield httpd
     httpd.shutdown()
     httpd.server_close()
 
 
 def download_dir() -> Path:
-    return multi30k.DEFAULT_DIR
+    return multi30k.default_dir()
 
 
 def error_line(stderr: str) -> str:
@@ -72,12 +72,16 @@ def error_line(stderr: str) -> str:
     return errors[0]
 
 
-def test_the_rule_flag_then_environment_then_the_checkout(monkeypatch, tmp_path):
+def test_the_rule_flag_then_environment_then_the_users_data_folder(monkeypatch, tmp_path):
     monkeypatch.setenv("MULTI30K_DIR", str(tmp_path / "env"))
     assert multi30k.locate(tmp_path / "flag") == (tmp_path / "flag", False)
     assert multi30k.locate() == (tmp_path / "env", False)
     monkeypatch.delenv("MULTI30K_DIR")
-    assert multi30k.locate() == (Path(multi30k.__file__).parents[2] / "data" / "multi30k", True)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert multi30k.locate() == (tmp_path / "xdg" / "transformer-mt" / "multi30k", True)
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert multi30k.locate() == (tmp_path / "home" / ".local/share/transformer-mt/multi30k", True)
 
 
 def test_a_full_download_verifies_every_file_and_nothing_is_fetched_twice(server, capsys):

@@ -25,4 +25,5 @@ def command_name(command: str) -> str:
     ``python -m transformer translate``), else the checkout's script, ``translate.py``."""
     called_as = Path(sys.argv[0])
     package_main = called_as.name == "__main__.py" and called_as.parent.name == "transformer"
-    return f"transformer-mt {command}" if called_as.name == "transformer-mt" or package_main else f"{command}.py"
+    installed = called_as.name == "transformer-mt" or package_main
+    return f"transformer-mt {command}" if installed else f"{command}.py"

@@ -4,13 +4,13 @@ The one rule for where the files are, used by train.py, the benches and the test
 
     1. an explicit folder: train.py's --data-dir (make's DATA_DIR=), or data.data_dir in a config;
     2. else the MULTI30K_DIR environment variable;
-    3. else data/multi30k inside the checkout, where missing files are downloaded from MULTI30K_URL
+    3. else the user's data folder, $XDG_DATA_HOME/transformer-mt/multi30k (by default
+       ~/.local/share/transformer-mt/multi30k), where missing files are downloaded from MULTI30K_URL
        (default: the public multi30k/dataset repository) and checked against their SHA-256 sums.
 
 A folder named by 1 or 2 is only read, never written. Every file, wherever it comes from, must match its sum
 in ``multi30k_sha256sums.txt``. ``python -m transformer.training.multi30k`` (``make data``) fetches and
-checks all
-twelve files before anything else runs.
+checks all twelve files before anything else runs.
 """
 
 import argparse
@@ -31,8 +31,6 @@ from transformer.training.token_store import file_digest
 LANGUAGES = ("en", "de", "fr", "cs")
 FILE_STEMS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}  # split: file stem
 DEFAULT_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
-# the checkout's data/multi30k (git-ignored), where the corpus is downloaded unless a folder is named
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "data" / "multi30k"
 HOW_TO_PROVIDE = (
     "provide the files with --data-dir DIR (make ... DATA_DIR=DIR) or MULTI30K_DIR=DIR, "
     "or a reachable mirror with MULTI30K_URL=URL (see data/README.md)"
@@ -50,12 +48,19 @@ def sha256sums() -> dict[str, str]:
     return {name: digest for digest, name in (line.split() for line in text.splitlines() if line)}
 
 
+def default_dir() -> Path:
+    """Where the corpus is downloaded unless a folder is named: the user's data folder (XDG's rule), never
+    the installed package or the current folder."""
+    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data_home).expanduser() / "transformer-mt" / "multi30k"
+
+
 def locate(data_dir: str | Path | None = None) -> tuple[Path, bool]:
-    """(folder, downloadable): the rule above. Only the checkout's data/multi30k is downloaded into."""
+    """(folder, downloadable): the rule above. Only the default folder is downloaded into."""
     named = data_dir if data_dir is not None else os.environ.get("MULTI30K_DIR") or None
     if named is not None:
         return Path(named).expanduser(), False
-    return DEFAULT_DIR, True
+    return default_dir(), True
 
 
 def base_url() -> str:
@@ -130,7 +135,9 @@ def load_multi30k(src_lang: str = "de", tgt_lang: str = "en", data_dir: str | Pa
 def main(argv: list[str] | None = None) -> int:
     """``make data``: all twelve files present and verified, or one line saying why not (exit 1)."""
     parser = argparse.ArgumentParser(prog="python -m transformer.training.multi30k", description=main.__doc__)
-    parser.add_argument("--data-dir", help="a folder with the files (else $MULTI30K_DIR, else data/multi30k)")
+    parser.add_argument(
+        "--data-dir", help="a folder with the files (else $MULTI30K_DIR, else your data folder)"
+    )
     args = parser.parse_args(argv)
     directory, downloadable = locate(args.data_dir)
     try:
