@@ -147,6 +147,19 @@ def test_carved_sets_are_disjoint_from_training_by_content_in_a_corpus_that_repe
     assert "repeat pairs drawn before them" in capsys.readouterr().out
 
 
+def test_a_run_on_a_corpus_that_repeats_pairs_says_how_many_copies_carving_left_out(tmp_path, capsys):
+    write_split(tmp_path / "rep.train", pairs(50) * 20)  # 1,000 lines of 50 distinct pairs
+    carving = (f"data.text_prefix={tmp_path / 'rep'}", "data.valid_size=5", "data.test_size=5")
+    results = tiny_run(tmp_path, "data.dataset=text", "data.train_limit=0", *carving)
+    data = DataConfig(dataset="text", text_prefix=str(tmp_path / "rep"), valid_size=5, test_size=5)
+    corpus = load_corpus(data)
+    distinct = len(corpus["validation"]) + len(corpus["test"])
+    copies = 20 * distinct - 10  # every line of a carved pair, less the 10 drawn
+    assert results["data_cleaning"]["carved_copies"] == copies
+    assert results["data_cleaning"]["pairs"] == 1000 - 10 - copies == 20 * (50 - distinct)
+    assert f"(and {copies} copies of carved validation / test pairs left out)" in capsys.readouterr().out
+
+
 def test_carving_is_refused_where_it_cannot_apply(tmp_path):
     with pytest.raises(DataError, match=r"no validation or test .*set data.valid_size and data.test_size"):
         carve(tmp_path)

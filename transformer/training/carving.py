@@ -8,7 +8,8 @@ streamed as before, so a corpus of millions of pairs is never held as text for t
 
 Disjoint by content, not only by position: a corpus may repeat a pair, so every training pair equal to a
 carved one (both sides) is left out of training too, and a drawn pair equal to one drawn before it is not
-carved twice (the test set holds none of the validation set's pairs); the run says how many that drops.
+carved twice (the test set holds none of the validation set's pairs); the run says how many pairs that
+drops from the sets, and its cleaning line how many copies it left out of training.
 """
 
 import hashlib
@@ -33,10 +34,18 @@ CHUNK = 100_000  # pairs read at a time
 
 
 class Carved(ReadWhole):
-    """The training split ``source`` without the pairs at the indices ``removed``: streamed like it."""
+    """The training split ``source`` (``size`` pairs) without the pairs at the indices ``removed`` nor any
+    other copy of their ``contents`` (``pair_hash``): streamed like it."""
 
-    def __init__(self, source: Split, removed: frozenset[int], settings: str, contents: frozenset[int]):
-        self.source, self.removed, self.settings, self.contents = source, removed, settings, contents
+    def __init__(self, source: Split, size: int, removed: frozenset[int], settings: str,
+                 contents: frozenset[int]):  # fmt: skip
+        self.source, self.size, self.removed, self.settings = source, size, removed, settings
+        self.contents = contents
+
+    def copies_left_out(self, kept: int) -> int:
+        """How many pairs besides the drawn ones were left out, as copies of carved pairs, when the split
+        streams ``kept`` pairs (its token store's length: no pass over the text)."""
+        return self.size - len(self.removed) - kept
 
     def chunks(self, size: int) -> Iterator[tuple[list[str], list[str]]]:
         start = 0
@@ -118,7 +127,7 @@ def carve_missing_splits(corpus: Corpus, data: DataConfig) -> Corpus:
         carved[split] = first_copies(pairs, contents)
         repeats += len(pairs) - len(carved[split])
     settings = f"seed {data.split_seed} " + " ".join(f"{split} {size}" for split, size in wanted.items())
-    carved["train"] = Carved(train, frozenset(picked), settings, frozenset(contents))
+    carved["train"] = Carved(train, n, frozenset(picked), settings, frozenset(contents))
     if repeats:
         sizes = ", ".join(f"{split} {len(carved[split])}" for split in wanted)
         print(f"data: {repeats} of the {total} pairs drawn repeat pairs drawn before them: carved {sizes} "

@@ -10,6 +10,7 @@ import numpy as np
 
 from transformer.core.tokenizer import Tokenizer
 from transformer.runtime.configs import Config, DataConfig, source_token_limit
+from transformer.training.carving import Carved
 from transformer.training.corpus import ParallelText
 from transformer.training.mixing import epoch_counts, epoch_indices
 from transformer.training.token_store import Side, TokenStore
@@ -69,7 +70,9 @@ def cleaning_line(counts: dict[str, int], data: DataConfig) -> str:
     if data.corpora:  # each corpus by its own rules
         rules |= {"too_long": "longer than their max_len", "ratio": "length ratio over their max_ratio"}
     dropped = ", ".join(f"{counts[rule]} {text}" for rule, text in rules.items())
-    return f"data: {counts['pairs']} training pairs, dropped {dropped}; kept {counts['kept']}"
+    copies = counts.get("carved_copies", 0)  # a corpus that repeats pairs: carving left their copies out
+    carving = f" (and {copies} copies of carved validation / test pairs left out)" if copies else ""
+    return f"data: {counts['pairs']} training pairs{carving}, dropped {dropped}; kept {counts['kept']}"
 
 
 @dataclass
@@ -143,6 +146,8 @@ def encode_corpus(loaded: list, stores: list[TokenStore], prefixes: list[list[in
         n = min(len(store), data.train_limit) if data.train_limit > 0 else len(store)
         keep, dropped = clean_pairs(store.src.lengths[:n], store.tgt.lengths[:n], store.hashes[:n], data,
                                     len(prefix))  # fmt: skip
+        train = one.corpus["train"]
+        dropped["carved_copies"] = train.copies_left_out(len(store)) if isinstance(train, Carved) else 0
         counts = {rule: counts.get(rule, 0) + dropped[rule] for rule in dropped}
         where = {name: evaluation[name].add(one.corpus.get(name), prefix, tokenizer, config, data, name)
                  for name in evaluation}  # fmt: skip
