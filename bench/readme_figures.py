@@ -74,7 +74,7 @@ TABLE_END = "<!-- end of the generated table -->"
 
 
 def budget(config_path: str) -> str:
-    minutes = load_config(ROOT / config_path).train.max_minutes
+    minutes = load_config(config_path).train.max_minutes  # a shipped config, by name
     return f"{minutes:g}-minute budget"
 
 
