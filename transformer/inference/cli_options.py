@@ -10,11 +10,11 @@ from transformer.runtime.usage import UsageParser, command_name
 DESCRIPTION = """\
 Translate with a checkpoint written by train.py (or its run folder), or a released Marian model: one line
 in, one line out. Examples:
-  translate.py --checkpoint runs/multi30k_de_en "Ein Hund rennt im Schnee."
-  translate.py --checkpoint runs/multi30k_de_en/best.pt --beam 4 --input test.de --output test.hyp.en
-  translate.py --checkpoint runs/multi30k_de_en --input test.de --reference test.en --attention attn/
-  translate.py --checkpoint runs/multi30k_de_en --prefix-text "A man" "Ein Mann fährt Fahrrad."
-  translate.py --checkpoint hf:Helsinki-NLP/opus-mt-en-de "A dog runs."
+  %(prog)s --checkpoint runs/multi30k_de_en "Ein Hund rennt im Schnee."
+  %(prog)s --checkpoint runs/multi30k_de_en/best.pt --beam 4 --input test.de --output test.hyp.en
+  %(prog)s --checkpoint runs/multi30k_de_en --input test.de --reference test.en --attention attn/
+  %(prog)s --checkpoint runs/multi30k_de_en --prefix-text "A man" "Ein Mann fährt Fahrrad."
+  %(prog)s --checkpoint hf:Helsinki-NLP/opus-mt-en-de "A dog runs."
 """
 
 EPILOG = """\
