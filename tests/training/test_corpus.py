@@ -106,11 +106,12 @@ def test_the_wmt14_config_loads_through_a_local_file_in_the_hubs_format(tmp_path
     assert extra["test/newstest2013"].src == [en for _, en in PAIRS]
 
 
-def test_a_byte_order_mark_is_not_part_of_line_1(tmp_path):
+def test_a_byte_order_mark_is_not_part_of_line_1(tmp_path, monkeypatch):
     """Editors on Windows start UTF-8 files with a BOM: every reader drops it there, and only there."""
     import gzip
+    import io
 
-    from transformer.inference.text_lines import read_text
+    from transformer.inference.text_lines import read_text, stream_lines
     from transformer.runtime.lines import BOM, split_lines
     from transformer.runtime.metrics import bleu_chrf
     from transformer.training.corpus import read_lines
@@ -124,6 +125,8 @@ def test_a_byte_order_mark_is_not_part_of_line_1(tmp_path):
         assert read_lines(path) == lines and read_text(str(path), "--reference")[0] == lines
     assert round(bleu_chrf(lines, read_text(str(tmp_path / "bom.de"), "--reference")[0])["bleu"], 6) == 100
     assert split_lines(BOM + b"x\n", "<stdin>", starts_file=False) == ["\ufeffx"]  # a later stdin line
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))  # translate.py --stream's reader
+    assert [text for _, text in stream_lines()] == lines
 
 
 # -------- text files and hub tables, line by line ------------------------------------------------
