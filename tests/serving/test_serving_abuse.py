@@ -307,6 +307,15 @@ def test_a_bad_checkpoint_precision_device_or_port_is_one_line_before_the_server
         taken.close()
 
 
+def test_a_run_folder_as_checkpoint_says_which_checkpoint_it_serves(tiny_checkpoint):
+    """As translate.py: the run folder stands for the checkpoint its final test scored, and stderr says so
+    before the model is loaded (here refused for its device, so no server starts)."""
+    done = serve_py("--checkpoint", str(tiny_checkpoint.parent), "--port", "0", "--device", "toaster")
+    note = f"serve.py: {tiny_checkpoint.parent} is a run folder: using best.pt, the checkpoint its final"
+    assert done.returncode == 1 and done.stderr.splitlines()[0] == note + " test scored", done.stderr
+    assert done.stderr.splitlines()[1].startswith("error: --device toaster")
+
+
 def test_answers_on_a_kept_alive_connection_are_not_held_back_by_nagle(server):
     """serve.py opens its own socket: it must name IPPROTO_TCP, or asyncio leaves TCP_NODELAY off and each
     answer on a kept-alive connection waits ~40 ms for the client's delayed ACK."""
