@@ -60,6 +60,8 @@ def training_checkpoint(
 
 
 RESUME_IGNORES = ("data_dir", "cache_dir", "workers")  # where the data and cache are, how many processes
+# what check_resumable compares with the checkpoint (besides the precision and the number of processes)
+RESUME_CHECKS = "model.*, train.seed and data.* but " + ", ".join(f"data.{key}" for key in RESUME_IGNORES)
 
 
 def located(value):
@@ -70,12 +72,19 @@ def located(value):
 
 
 def changed_settings(ckpt: dict, config: Config) -> list[str]:
-    """The ``train`` and ``eval`` keys a resume changes, as "key (old -> new)": a resume may change them (a
-    new budget, another validation schedule), as they decide neither the weights' shapes nor the batches."""
+    """The keys a resume changes of those it does not check (``RESUME_CHECKS``), as "key (old -> new)": the
+    ``train`` and ``eval`` keys but train.seed (a new budget, another validation schedule) and where the
+    data and cache are, as they decide neither the weights' shapes nor the batches."""
     saved, now, default = ckpt["config"], config.to_dict(), Config().to_dict()
-    return [f"{section}.{key} ({saved.get(section, {}).get(key, default[section][key])!r} -> {value!r})"
-            for section in ("train", "eval") for key, value in now[section].items()
-            if key != "seed" and saved.get(section, {}).get(key, default[section][key]) != value]  # fmt: skip
+    keys = [(section, key) for section in ("train", "eval") for key in now[section]]
+    keys = [(section, key) for section, key in keys if (section, key) != ("train", "seed")]
+    keys += [("data", key) for key in RESUME_IGNORES]
+    changes = []
+    for section, key in keys:
+        old = saved.get(section, {}).get(key, default[section][key])  # a missing key: its default
+        if old != now[section][key]:
+            changes.append(f"{section}.{key} ({old!r} -> {now[section][key]!r})")
+    return changes
 
 
 def check_resumable(ckpt: dict, path: Path, config: Config, world_size: int, precision: str) -> None:

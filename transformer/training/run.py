@@ -29,6 +29,7 @@ from transformer.training.ema import EMA
 from transformer.training.fine_tuning import check_source, load_source, start_from, with_source_model
 from transformer.training.ranks import Runtime, setup_runtime
 from transformer.training.resume import (
+    RESUME_CHECKS,
     changed_settings,
     check_resumable,
     restore_training,
@@ -152,7 +153,7 @@ def resumable(last: Path, config: Config, runtime: Runtime) -> dict:
     resumed = load_checkpoint(last)
     check_resumable(resumed, last, config, runtime.world_size, runtime.precision)
     if runtime.is_main and (changes := changed_settings(resumed, config)):
-        print(f"resuming with {', '.join(changes)} (a resume keeps model.*, data.* and train.seed)")
+        print(f"resuming with {', '.join(changes)} (a resume checks only {RESUME_CHECKS})")
     return resumed
 
 
