@@ -9,9 +9,10 @@ import re
 
 import pytest
 import readme_figures
+import yaml
 from helpers import CONFIGS, ROOT
 
-from transformer.runtime.configs import load_config
+from transformer.runtime.configs import config_from_dict, load_config
 
 USER_DOCS = [ROOT / "README.md", ROOT / "data" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
@@ -44,6 +45,21 @@ def test_anchors_are_githubs():
     assert readme_figures.anchor("Training throughput against nn.Transformer") == (
         "training-throughput-against-nntransformer"
     )
+
+
+def test_the_readmes_own_data_example_trains_the_model_its_comment_names():
+    """No model section: the defaults, which are the paper's base model with the sizes the comment gives;
+    the model it suggests for a CPU is the main config's, with the sizes it gives."""
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Your own data", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    sizes = r"\((\d+) \+ (\d+) layers, d_model (\d+)\)"
+    default = config_from_dict(yaml.safe_load(block)).model
+    main = load_config(CONFIGS / "multi30k_de_en.yaml").model
+    for model, said in ((default, r"base model "), (main, r"multi30k_de_en\.yaml ")):
+        stated = re.search(said + sizes, block)
+        assert stated, f"the example's comment no longer gives the sizes after {said!r}"
+        layers_and_width = (model.n_encoder_layers, model.n_decoder_layers, model.d_model)
+        assert layers_and_width == tuple(map(int, stated.groups()))
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
