@@ -380,3 +380,17 @@ def test_a_killed_build_leaves_nothing_once_the_next_build_runs(tmp_path, tokeni
     shutil.rmtree(store.folder)
     data_cache.train_store(files, files.fingerprint(), tokenizer, data, runtime)
     assert not own.exists() and not building.exists()
+
+
+def test_data_workers_minus_one_is_one_process_per_core_at_most_8_for_a_big_corpus(monkeypatch):
+    split, auto = ParallelText(["ein Satz"] * 4, ["a sentence"] * 4), DataConfig()
+    monkeypatch.setattr(data_cache, "AUTO_WORKERS_BYTES", 0)  # this corpus counts as big
+    monkeypatch.setattr(data_cache.os, "cpu_count", lambda: 64)
+    assert (
+        data_cache.workers_for(split, auto) == 8
+        and data_cache.workers_for(split, DataConfig(workers=12)) == 12
+    )
+    monkeypatch.setattr(data_cache.os, "cpu_count", lambda: 3)
+    assert data_cache.workers_for(split, auto) == 3
+    monkeypatch.setattr(data_cache, "AUTO_WORKERS_BYTES", 1 << 30)  # a small corpus: the training process
+    assert data_cache.workers_for(split, auto) == 0
