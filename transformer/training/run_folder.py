@@ -26,7 +26,8 @@ class RunFolderError(RuntimeError):
 
 
 RUN_FILES = ("config.yaml", "tokenizer.model", "tokenizer.marian.zip", "last.pt", "best.pt", "results.json")
-# what a run writes, all of which --overwrite removes (nothing else in the folder is touched)
+# what a run writes, all of which --overwrite removes (nothing else in the folder is touched); and
+# tokenizer.vocab, which no run writes now (the cache keeps tokenizer.model alone) but older versions' did
 WRITTEN = RUN_FILES + (
     "tokenizer.vocab",
     "test_hypotheses.txt",
