@@ -84,8 +84,8 @@ def test_a_resume_with_a_new_budget_goes_on_and_says_what_it_changes(tmp_path, c
     assert load_checkpoint(tmp_path / "run" / "last.pt")["state"]["step"] == 3
     assert run_train(tmp_path / "run", "eval.every_steps=0", "train.max_steps=5", resume=True) == 0
     out = capsys.readouterr().out
-    checks = "a resume checks only model.*, train.seed and data.* but data.data_dir, data.cache_dir, "
-    checks += "data.workers"
+    checks = "a resume checks only model.*, variant.*, train.seed and data.* but data.data_dir, "
+    checks += "data.cache_dir, data.workers"
     assert f"resuming with train.max_steps (3 -> 5) ({checks})" in out
     assert load_checkpoint(tmp_path / "run" / "last.pt")["state"]["step"] == 5
     assert json.loads((tmp_path / "run" / "results.json").read_text())["steps"] == 5  # tested again

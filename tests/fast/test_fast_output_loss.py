@@ -7,9 +7,10 @@ from helpers import BOS, EOS, PAD, random_batch
 
 from transformer.core.config import ModelConfig
 from transformer.core.loss import token_loss
-from transformer.core.model import Transformer
 from transformer.fast import output_loss as loss_module
 from transformer.fast.output_loss import output_loss
+from transformer.interop.variant import VariantTransformer
+from transformer.runtime.configs import VariantConfig
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.4])
@@ -37,8 +38,9 @@ def test_a_models_gradients_through_output_loss_equal_those_through_its_logits(s
     every parameter: the tied embedding / projection matrix gets both of its gradients."""
     torch.manual_seed(0)
     config = ModelConfig(d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=2, dropout=0.0,
-                         share_embeddings=share_embeddings, output_bias=not share_embeddings)  # fmt: skip
-    model = Transformer(config, 13, 13, pad_id=PAD, bos_id=BOS, eos_id=EOS)
+                         share_embeddings=share_embeddings)  # fmt: skip
+    variant = VariantConfig(output_bias=not share_embeddings)  # the output layer's bias gets its gradient
+    model = VariantTransformer(config, variant, 13, 13, pad_id=PAD, bos_id=BOS, eos_id=EOS)
     src, tgt_in = torch.randint(3, 13, (4, 7)), torch.randint(3, 13, (4, 6))
     tgt_out = torch.cat([tgt_in[:, 1:], torch.full((4, 1), EOS)], dim=1)
     tgt_out[2, 3:] = PAD

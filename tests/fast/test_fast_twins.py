@@ -9,16 +9,18 @@ import torch
 
 from transformer.core.config import ModelConfig
 from transformer.core.loss import token_loss
-from transformer.core.model import Transformer
 from transformer.fast.output_loss import output_loss
 from transformer.fast.twins import speed_up
+from transformer.interop.variant import VariantTransformer
+from transformer.runtime.configs import VariantConfig
 
 
 def model_pair(norm_first: bool, dropout: float, activation: str = "relu"):
     torch.manual_seed(0)
     config = ModelConfig(d_model=16, n_heads=2, d_ff=32, n_encoder_layers=2, n_decoder_layers=2,
-                         dropout=dropout, norm_first=norm_first, activation=activation)  # fmt: skip
-    plain = Transformer(config, 30, 30, pad_id=0, bos_id=2, eos_id=3).double()
+                         dropout=dropout, norm_first=norm_first)  # fmt: skip
+    variant = VariantConfig(activation=activation)  # a released model's GELU: the fast tier's plain path
+    plain = VariantTransformer(config, variant, 30, 30, pad_id=0, bos_id=2, eos_id=3).double()
     return plain, speed_up(copy.deepcopy(plain))
 
 

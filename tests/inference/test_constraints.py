@@ -21,6 +21,7 @@ from transformer.inference.constraints import (
 )
 from transformer.inference.sampling import Sampling
 from transformer.inference.translator import Translator
+from transformer.interop.formats import target_tokenizer
 
 SENTENCES = ["Ein Hund rennt durch den Schnee.", "Zwei Männer sitzen auf einer Bank.", "Eine Frau liest."]
 
@@ -163,7 +164,7 @@ def test_a_constraint_the_plain_translation_holds_already_is_held(translator):
 
 
 def test_a_constraint_is_its_own_pieces_even_where_a_word_would_split_otherwise(translator):
-    pieces = translator.tokenizer.target_side.encode("ing")  # alone: "▁ing", not the "ing" ending a word
+    pieces = target_tokenizer(translator.tokenizer).encode("ing")  # "▁ing", not the "ing" ending a word
     (found,) = translator.translate_ids(translator.encode(SENTENCES[:1]), beam=4,
                                         constraints=translator.encode_constraints([["ing"]]))  # fmt: skip
     assert contains(found[0].ids, pieces) and " ing" in translator.decode(found[0].ids)

@@ -10,14 +10,23 @@ import torch
 
 from transformer.core.config import ConfigError, ModelConfig
 from transformer.core.decoding import greedy_decode, max_lengths
-from transformer.core.embeddings import sinusoidal_positions
 from transformer.core.masks import decoder_self_mask
 from transformer.core.model import Transformer
+from transformer.interop.variant import VariantTransformer, halves_positions
+from transformer.runtime.configs import VariantConfig
 
 transformers = pytest.importorskip("transformers")
 from transformer.interop.marian import MarianError, from_marian, main, to_marian  # noqa: E402
 
 V, PAD, EOS = 40, 39, 0  # Marian's layout: EOS 0, PAD last, the decoder starts from PAD
+VARIANT_KEYS = {field.name for field in dataclasses.fields(VariantConfig)}
+
+
+def our_model(ids=(0, 2, 3), **options) -> VariantTransformer:
+    """A random model of ours (pad, bos, eos: ``ids``); ``options``: keys of ModelConfig and VariantConfig."""
+    variant = {key: value for key, value in options.items() if key in VARIANT_KEYS}
+    model = {key: value for key, value in options.items() if key not in VARIANT_KEYS}
+    return VariantTransformer(ModelConfig(**model), VariantConfig(**variant), V, V, *ids)
 
 
 def random_marian(
@@ -166,10 +175,8 @@ def test_our_interleaved_model_exports_as_the_same_function(activation, pre_norm
     """to_marian reorders the features of an interleaved model; logits and greedy output stay the same.
     A pre-norm model becomes a Pegasus one."""
     torch.manual_seed(7)
-    config = ModelConfig(d_model=16, n_heads=4, d_ff=32, n_encoder_layers=2, n_decoder_layers=2,
-                         max_positions=64, activation=activation, output_bias=True,
-                         norm_first=pre_norm)  # fmt: skip
-    ours = Transformer(config, V, V, pad_id=0, bos_id=2, eos_id=3).double().eval()
+    sizes = dict(d_model=16, n_heads=4, d_ff=32, n_encoder_layers=2, n_decoder_layers=2, max_positions=64)
+    ours = our_model(**sizes, activation=activation, output_bias=True, norm_first=pre_norm).double().eval()
     with torch.no_grad():
         for parameter in ours.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
@@ -191,7 +198,7 @@ def test_our_interleaved_model_exports_as_the_same_function(activation, pre_norm
 def test_halves_table_is_marians_bit_for_bit():
     for P, D in [(64, 16), (1024, 512), (50, 9)]:
         theirs = transformers.models.marian.modeling_marian.MarianSinusoidalPositionalEmbedding(P, D)
-        assert torch.equal(sinusoidal_positions(P, D, "halves"), theirs.create_weight())
+        assert torch.equal(halves_positions(P, D), theirs.create_weight())
 
 
 @pytest.mark.parametrize(
@@ -217,7 +224,7 @@ def test_special_ids_that_cannot_work_are_a_marian_error():
     """A config whose decoder would start from EOS: refused in one line, not a ValueError traceback."""
     hf_model = random_marian(9, torch.float32)
     hf_model.config.update(dict(decoder_start_token_id=EOS))
-    with pytest.raises(MarianError, match="starts the decoder from id 0, which is also eos_id") as error:
+    with pytest.raises(MarianError, match="the decoder starts from id 0, which is also eos_id") as error:
         from_marian(hf_model)
     assert "\n" not in str(error.value)
 
@@ -272,9 +279,9 @@ def test_pegasus_config_keys_that_describe_pegasus_are_accepted():
     "key, value",
     [("activation", "tanh"), ("sinusoid_layout", "blocks"), ("decoder_start_token", "eos")],
 )
-def test_new_model_options_are_validated(key, value):
-    with pytest.raises(ConfigError, match=f"model.{key}"):
-        ModelConfig(**{key: value})
+def test_the_variants_options_are_validated(key, value):
+    with pytest.raises(ConfigError, match=f"variant.{key}"):
+        VariantConfig(**{key: value})
 
 
 def test_start_token_equal_to_pad_is_attended():
@@ -290,11 +297,11 @@ def test_eos_is_never_ruled_out():
     """EOS is never banned, even when BOS shares its id (bos_token_id == eos_token_id in Marian configs); a
     model that would START from EOS is refused by name."""
     torch.manual_seed(11)
-    config = ModelConfig(d_model=16, n_heads=4, d_ff=32, output_bias=True, decoder_start_token="pad")
-    model = Transformer(config, V, V, pad_id=0, bos_id=3, eos_id=3).eval()
+    options = dict(d_model=16, n_heads=4, d_ff=32, output_bias=True)
+    model = our_model((0, 3, 3), **options, decoder_start_token="pad").eval()
     assert model.never_produced == [0]
-    with pytest.raises(ValueError, match="decoder_start_token=bos starts the decoder from id 3, which is"):
-        Transformer(dataclasses.replace(config, decoder_start_token="bos"), V, V, 0, 3, 3)
+    with pytest.raises(ValueError, match="the decoder starts from id 3, which is also eos_id"):
+        our_model((0, 3, 3), **options, decoder_start_token="bos")
     with torch.no_grad():
         model.output_proj.bias[3] = 100.0
     src = torch.tensor([[5, 6, 3], [7, 3, 0]])
@@ -324,13 +331,12 @@ def test_ctranslate2_model_decodes_as_our_greedy(tmp_path, options):
     from transformer.interop.marian import to_ctranslate2
 
     torch.manual_seed(12)
-    config = ModelConfig(d_model=16, n_heads=4, d_ff=32, n_encoder_layers=2, n_decoder_layers=2,
-                         max_positions=64, **options)  # fmt: skip
-    model = Transformer(config, V, V, pad_id=0, bos_id=2, eos_id=3).eval()
+    sizes = dict(d_model=16, n_heads=4, d_ff=32, n_encoder_layers=2, n_decoder_layers=2, max_positions=64)
+    model = our_model(**sizes, **options).eval()
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
-        if config.output_bias:
+        if model.variant.output_bias:
             model.output_proj.bias[[0, 2]] += 3.0
             model.output_proj.bias[3] += 2.5
     tokenizer = PiecesTokenizer()
@@ -345,7 +351,7 @@ def test_ctranslate2_model_decodes_as_our_greedy(tmp_path, options):
             [pieces], beam_size=1, max_decoding_length=limit, min_decoding_length=0
         )[0]
         assert [ids[piece] for piece in result.hypotheses[0]] == mine
-    assert not config.output_bias or any(
+    assert not model.variant.output_bias or any(
         len(mine) < limit for mine, limit in zip(ours, max_lengths(model, src, 6).tolist())
     )
 
@@ -354,16 +360,30 @@ def test_ctranslate2_model_decodes_as_our_greedy(tmp_path, options):
 
 
 def with_eos_bias(checkpoint, path, eos_bias: float):
-    """The checkpoint with ``model.output_bias`` on and ``eos_bias`` on EOS: the tiny model never stops
+    """The checkpoint with ``variant.output_bias`` on and ``eos_bias`` on EOS: the tiny model never stops
     by itself within its limit; with 2.25, 19 of the 24 test lines end (2.0: none, 2.5: all), so both
     endings are compared (and a bias is exported)."""
     state = torch.load(checkpoint, weights_only=True)
-    state["config"]["model"]["output_bias"] = True
+    state["config"]["variant"]["output_bias"] = True
     bias = torch.zeros(state["model"]["output_proj.weight"].size(0))  # (V,)
     bias[3] = eos_bias
     state["model"]["output_proj.bias"] = bias
     torch.save(state, path)
     return path
+
+
+def test_a_checkpoint_with_the_variant_under_model_reads_as_the_same_model(tiny_checkpoint, tmp_path):
+    """A checkpoint written when the variant's keys were ``model`` keys (``model.output_bias``, ...)."""
+    from transformer.interop.formats import load_model
+
+    now = with_eos_bias(tiny_checkpoint, tmp_path / "now.pt", 2.25)
+    state = torch.load(now, weights_only=True)
+    state["config"]["model"].update(state["config"].pop("variant"))
+    torch.save(state, tmp_path / "before.pt")
+    (model, _, config), (old_model, _, old_config) = load_model(now), load_model(tmp_path / "before.pt")
+    assert old_config == config and old_model.variant.output_bias and int(old_model.output_proj.bias[3]) == 2
+    src = torch.tensor([[5, 6, 7, 3]])
+    assert torch.equal(old_model(src, src), model(src, src))
 
 
 @pytest.mark.parametrize("eos_bias, pre_norm", [(None, False), (2.25, False), (None, True), (2.25, True)])
@@ -375,13 +395,13 @@ def test_export_decodes_as_our_greedy_in_transformers_and_ctranslate2(
     ctranslate2 = pytest.importorskip("ctranslate2")
     from helpers import DATA_DIR, as_pre_norm
 
-    from transformer.runtime.checkpoints import load_for_inference
+    from transformer.interop.formats import load_model
 
     if eos_bias is not None:
         tiny_checkpoint = with_eos_bias(tiny_checkpoint, tmp_path / "biased.pt", eos_bias)
     if pre_norm:
         tiny_checkpoint = as_pre_norm(tiny_checkpoint, tmp_path / "pre_norm.pt")
-    model, tokenizer, config = load_for_inference(tiny_checkpoint)
+    model, tokenizer, config = load_model(tiny_checkpoint)  # with a bias: a variant of the paper's model
     assert main(["export", str(tiny_checkpoint), str(tmp_path / "hf"), "--ct2", str(tmp_path / "ct2")]) == 0
     hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf").eval()
     assert type(hf_model).__name__ == ("PegasusForConditionalGeneration" if pre_norm else "MarianMTModel")

@@ -71,7 +71,7 @@ def pad_start_folder(tiny_checkpoint, folder):
 def test_a_pad_start_marian_folder_decodes_as_generate(tiny_checkpoint, tmp_path):
     hf_model, hf_tokenizer = pad_start_folder(tiny_checkpoint, tmp_path / "marian")
     translator = Translator.from_checkpoint(tmp_path / "marian")
-    assert translator.model.config.decoder_start_token == "pad"
+    assert translator.model.variant.decoder_start_token == "pad"
     offset = translator.settings.max_len_offset
     for line in first_lines(8):
         ids = hf_tokenizer(line).input_ids  # with </s>

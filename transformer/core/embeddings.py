@@ -1,10 +1,4 @@
-"""Token embeddings scaled by √d_model (§3.4) and sinusoidal positional encoding (§3.5).
-
-Two layouts of the same sinusoids (the same frequencies; only the order of the features differs):
-
-    interleaved (the paper, ours):   sin ω0  cos ω0  sin ω1  cos ω1  ...
-    halves (Marian, fairseq):        sin ω0  sin ω1  ...  cos ω0  cos ω1  ...
-"""
+"""Token embeddings scaled by √d_model (§3.4) and sinusoidal positional encoding (§3.5)."""
 
 import math
 
@@ -13,16 +7,13 @@ from torch import nn
 
 
 class TokenEmbedding(nn.Module):
-    """ids (B, T) -> vectors (B, T, D), multiplied by √D so they are not drowned by the positions.
+    """ids (B, T) -> vectors (B, T, D), multiplied by √D so they are not drowned by the positions."""
 
-    ``scale=False`` leaves them as they are (Marian models with ``scale_embedding: false``).
-    """
-
-    def __init__(self, vocab_size: int, d_model: int, scale: bool = True):
+    def __init__(self, vocab_size: int, d_model: int):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, d_model)
         nn.init.normal_(self.embedding.weight, mean=0.0, std=d_model**-0.5)
-        self.scale = math.sqrt(d_model) if scale else 1.0
+        self.scale = math.sqrt(d_model)
 
     @property
     def weight(self) -> nn.Parameter:
@@ -32,29 +23,22 @@ class TokenEmbedding(nn.Module):
         return self.embedding(ids) * self.scale  # (B, T, D)
 
 
-def sinusoidal_positions(n_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(pos / 10000^(2i/D)). -> (P, D).
-
-    ``layout="halves"``: the same table with the sin features first, then the cos ones (Marian).
-    """
+def sinusoidal_positions(n_positions: int, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(pos / 10000^(2i/D)). -> (P, D)."""
     position = torch.arange(n_positions, dtype=torch.float64)[:, None]  # (P, 1)
     inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
     table = torch.zeros(n_positions, d_model, dtype=torch.float64)  # (P, D)
     table[:, 0::2] = torch.sin(position * inv_freq)
     table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
-    if layout == "halves":
-        table = torch.cat([table[:, 0::2], table[:, 1::2]], dim=1)  # (P, D)
-    elif layout != "interleaved":
-        raise ValueError(f"sinusoid layout {layout!r}: expected interleaved or halves")
     return table.float()
 
 
 class PositionalEncoding(nn.Module):
     """Adds the sinusoid of each position, starting at ``start`` (> 0 in incremental decoding)."""
 
-    def __init__(self, d_model: int, max_positions: int, layout: str = "interleaved"):
+    def __init__(self, d_model: int, max_positions: int):
         super().__init__()
-        table = sinusoidal_positions(max_positions, d_model, layout)  # (P, D)
+        table = sinusoidal_positions(max_positions, d_model)  # (P, D)
         self.register_buffer("table", table, persistent=False)
 
     def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:

@@ -7,28 +7,20 @@ PRE-norm with ``norm_first=True`` (trains more stably in deep stacks; needs a fi
 """
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from transformer.core.attention import MultiHeadAttention
 
-# The feed-forward non-linearity by ``model.activation``: the paper's ReLU, or GELU / swish (= SiLU,
-# Marian's) for released models. GELU is the exact erf form, as transformers' "gelu".
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
-
 
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position separately. (B, T, D) -> (B, T, D).
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position separately. (B, T, D) -> (B, T, D)."""
 
-    ``activation`` replaces max(0, ·): "relu" (default), "gelu" or "swish".
-    """
-
-    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu"):
+    def __init__(self, d_model: int, d_ff: int, dropout: float):
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
-        self.activation = ACTIVATIONS[activation]
+        self.activation = nn.ReLU()  # max(0, ·), a module of its own
         nn.init.xavier_uniform_(self.linear1.weight)
         nn.init.xavier_uniform_(self.linear2.weight)
 
@@ -40,19 +32,11 @@ class FeedForward(nn.Module):
 class EncoderLayer(nn.Module):
     """Self-attention then feed-forward, each wrapped in dropout + residual + LayerNorm."""
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float,
-        norm_first: bool,
-        activation: str = "relu",
-    ):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, norm_first: bool):
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.ffn = FeedForward(d_model, d_ff, dropout, activation)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
         self.self_attn_norm = nn.LayerNorm(d_model)
         self.ffn_norm = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
@@ -74,20 +58,12 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the memory, feed-forward; each with residual + norm."""
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float,
-        norm_first: bool,
-        activation: str = "relu",
-    ):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, norm_first: bool):
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, self_attention=False)
-        self.ffn = FeedForward(d_model, d_ff, dropout, activation)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
         self.self_attn_norm = nn.LayerNorm(d_model)
         self.cross_attn_norm = nn.LayerNorm(d_model)
         self.ffn_norm = nn.LayerNorm(d_model)

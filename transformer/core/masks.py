@@ -21,7 +21,7 @@ def decoder_self_mask(tgt_in: torch.Tensor, pad_id: int) -> torch.Tensor:
     """Causal AND key padding, for decoder self-attention. tgt_in: (B, T) -> (B, 1, T, T) bool.
 
     Position 0 holds the decoder start token, never padding (padding is on the right), so it is always
-    attended even when the start token IS the pad id (Marian starts the decoder from <pad>).
+    attended, whatever id the start token has.
     """
     T = tgt_in.size(1)
     keys = tgt_in != pad_id  # (B, T)

@@ -5,9 +5,9 @@ The data flow (shapes as in the legend of ``core/__init__.py``):
     src (B, S) ──Encoder──▶ memory (B, S, D)
     tgt_in (B, T) = BOS + target ──Decoder(memory)──▶ logits (B, T, V), scored against tgt_out = target + EOS
 
-The token ``tgt_in`` starts with is ``model.start_id``: BOS by default, the pad id when
-``model.decoder_start_token == "pad"`` (Marian). The decoder's self-attention always attends to it. The
-special ids (``pad_id``, ``bos_id``, ``eos_id``) are the model's, set when it is built or imported.
+The token ``tgt_in`` starts with is ``model.start_id`` (BOS); the decoder's self-attention always attends
+to it. The special ids (``pad_id``, ``bos_id``, ``eos_id``) are the model's, set when it is built or
+imported.
 """
 
 from dataclasses import dataclass
@@ -41,11 +41,10 @@ def _build_stack(
     N layers, and a final LayerNorm in pre-norm (the last layer's output is not normalised otherwise)."""
     d_model, dropout, norm_first = config.d_model, config.dropout, config.norm_first
     stack.embedding = embedding
-    stack.positions = PositionalEncoding(d_model, config.max_positions, config.sinusoid_layout)
+    stack.positions = PositionalEncoding(d_model, config.max_positions)
     stack.dropout = nn.Dropout(dropout)
     stack.layers = nn.ModuleList(
-        layer(d_model, config.n_heads, config.d_ff, dropout, norm_first, config.activation)
-        for _ in range(n_layers)
+        layer(d_model, config.n_heads, config.d_ff, dropout, norm_first) for _ in range(n_layers)
     )
     stack.final_norm = nn.LayerNorm(d_model) if norm_first else None
 
@@ -108,8 +107,8 @@ def _check_special_ids(model: "Transformer", src_vocab_size: int, tgt_vocab_size
             raise ValueError(f"{name}={getattr(model, name)} is not in a vocabulary of {vocab} tokens")
     if model.start_id == model.eos_id:
         raise ValueError(
-            f"model.decoder_start_token={model.config.decoder_start_token} starts the decoder from id "
-            f"{model.start_id}, which is also eos_id: a translation would end before it starts"
+            f"the decoder starts from id {model.start_id}, which is also eos_id: a translation would end "
+            "before it starts"
         )
 
 
@@ -118,9 +117,10 @@ class Transformer(nn.Module):
 
     def __init__(
         self, config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int, bos_id: int,
-        eos_id: int,
+        eos_id: int, start_id: int | None = None,
     ):  # fmt: skip
-        """The special ids belong to the model: batching, losses and searches read them here."""
+        """The special ids belong to the model: batching, losses and searches read them here. ``start_id``:
+        the token every ``tgt_in`` starts with, BOS unless another is given."""
         super().__init__()
         if config.share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError(
@@ -128,28 +128,19 @@ class Transformer(nn.Module):
                 f"and tgt_vocab_size={tgt_vocab_size}"
             )
         self.config, self.pad_id, self.bos_id, self.eos_id = config, pad_id, bos_id, eos_id
+        self.start_id = bos_id if start_id is None else start_id
         _check_special_ids(self, src_vocab_size, tgt_vocab_size)
-        scale = config.scale_embeddings
-        tgt_embedding = TokenEmbedding(tgt_vocab_size, config.d_model, scale)
+        tgt_embedding = TokenEmbedding(tgt_vocab_size, config.d_model)
         src_embedding = (
-            tgt_embedding
-            if config.share_embeddings
-            else TokenEmbedding(src_vocab_size, config.d_model, scale)
+            tgt_embedding if config.share_embeddings else TokenEmbedding(src_vocab_size, config.d_model)
         )
         self.encoder = Encoder(config, src_embedding)
         self.decoder = Decoder(config, tgt_embedding)
-        self.output_proj = nn.Linear(config.d_model, tgt_vocab_size, bias=config.output_bias)
+        self.output_proj = nn.Linear(config.d_model, tgt_vocab_size, bias=False)
         if config.share_embeddings:  # §3.4: the pre-softmax projection is the embedding matrix
             self.output_proj.weight = tgt_embedding.weight
         else:
             nn.init.normal_(self.output_proj.weight, mean=0.0, std=config.d_model**-0.5)
-        if config.output_bias:  # Marian's final_logits_bias, zero until trained
-            nn.init.zeros_(self.output_proj.bias)
-
-    @property
-    def start_id(self) -> int:
-        """The token every ``tgt_in`` starts with: BOS, or PAD for Marian-style models."""
-        return self.pad_id if self.config.decoder_start_token == "pad" else self.bos_id
 
     @property
     def pad_start_eos(self) -> tuple[int, int, int]:

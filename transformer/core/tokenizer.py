@@ -70,12 +70,6 @@ class Tokenizer:
     def eos_id(self) -> int:
         return EOS_ID
 
-    @property
-    def target_side(self) -> "Tokenizer":
-        """The tokenizer of target sentences: this one, the vocabulary being joint (a released Marian model
-        has its own)."""
-        return self
-
     def encode(self, text: str) -> list[int]:
         return self._sp.encode(text)
 

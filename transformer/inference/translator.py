@@ -52,7 +52,7 @@ from transformer.inference.nbest import beam_search_nbest
 from transformer.inference.prefix import Prefix
 from transformer.inference.quantize import quantized_decoding_model
 from transformer.inference.sampling import Sampling, sample_tokens
-from transformer.interop.formats import is_released, load_model
+from transformer.interop.formats import is_released, load_model, target_tokenizer
 from transformer.runtime.attention_maps import SentenceAttention, pair_attention
 from transformer.runtime.configs import source_token_limit
 from transformer.runtime.corpora import target_languages, trained_target
@@ -220,7 +220,8 @@ class Translator:
 
     def encode_targets(self, sentences: list[str], where: str = "target {n}") -> list[list[int]]:
         """Target ids per sentence (blank: []), truncated to ``max_target_tokens`` with a warning."""
-        ids = encode_lines(sentences, self.tokenizer.target_side, self.max_target_tokens, where, self.warn)
+        targets = target_tokenizer(self.tokenizer)
+        ids = encode_lines(sentences, targets, self.max_target_tokens, where, self.warn)
         return [i or [] for i in ids]
 
     def encode_constraints(
@@ -232,7 +233,8 @@ class Translator:
         for n, phrases in enumerate(constraints, start=1):
             if isinstance(phrases, str):
                 raise TypeError(f"{where.format(n=n)}: constraints are a list of phrases, not one str")
-            ids = [one or None for one in self.tokenizer.target_side.encode_batch(list(phrases))]  # whole
+            targets = target_tokenizer(self.tokenizer)
+            ids = [one or None for one in targets.encode_batch(list(phrases))]  # whole
             for j, (phrase, one) in enumerate(zip(phrases, ids), start=1):
                 if one is None:
                     raise ValueError(f"{where.format(n=n)}: constraint {j} ({phrase!r}) tokenizes to nothing")

@@ -72,4 +72,18 @@ def load_model(path: str | Path, device="cpu"):
         return load_released(path, device)
     if Path(path).is_dir():  # a run folder
         path = run_checkpoint(Path(path))[0]
-    return load_for_inference(path, device, read_tokenizer)
+    return load_for_inference(path, device, read_tokenizer, build_model)
+
+
+def build_model(config, tokenizer):
+    """The model a run's ``Config`` describes, with random weights: the core's ``Transformer``, or a
+    released Marian model's variant of it (``config.variant``, interop/variant.py)."""
+    from transformer.interop.variant import build_model as build  # torch: not for a tokenizing process
+
+    return build(config, tokenizer)
+
+
+def target_tokenizer(tokenizer):
+    """The tokenizer of target sentences: a released Marian model's own target side, else ``tokenizer``
+    itself (the vocabulary is joint)."""
+    return tokenizer.target_side if hasattr(tokenizer, "target_side") else tokenizer

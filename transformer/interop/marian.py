@@ -11,24 +11,24 @@ Weights (ours <- Marian's; the rest is the same name for name):
     self_attn_norm / cross_attn_norm <- self_attn_layer_norm / encoder_attn_layer_norm
     ffn.linear1 / linear2, ffn_norm  <- fc1 / fc2, final_layer_norm
     embeddings, output_proj          <- model.shared (tied, shared vocabulary) or the separate three
-    output_proj.bias                 <- final_logits_bias (1, V)          (model.output_bias: true)
+    output_proj.bias                 <- final_logits_bias (1, V)          (variant.output_bias: true)
 
 Pre-norm (``model.norm_first: true``) goes through Pegasus, Marian's pre-norm sibling in transformers: the
 same layers and names, each block ``x + Sublayer(LayerNorm(x))``, and a final LayerNorm on each stack
 (``model.{encoder,decoder}.layer_norm`` <- our ``final_norm``); it has one vocabulary. Both have sinusoidal
 positions laid out in HALVES (sin features first, then cos), ours are INTERLEAVED by default (§3.5).
-``from_marian`` gives a ``sinusoid_layout: halves`` model. For an interleaved model, ``to_marian`` reorders
-the d_model features: with the permutation p = (0, 2, 4, ..., 1, 3, 5, ...), interleaved[:, p] IS Marian's
-table (bit for bit), and giving every vector of the residual stream the order p is an exact reparametrisation:
-embedding columns, the input columns of qkv_proj / linear1 / output_proj, the output rows and biases of
-out_proj / linear2, and the LayerNorm weights and biases all take the order p (LayerNorm's mean and variance
-do not depend on the order; the head space and d_ff are untouched). Logits are the same function; only the
-order of the sums inside the matmuls changes (float rounding). The CTranslate2 model needs no reordering: its
-position table is set to ours.
+``from_marian`` gives a ``variant.sinusoid_layout: halves`` model (interop/variant.py). For an interleaved
+model, ``to_marian`` reorders the d_model features: with the permutation p = (0, 2, 4, ..., 1, 3, 5, ...),
+interleaved[:, p] IS Marian's table (bit for bit), and giving every vector of the residual stream the order p
+is an exact reparametrisation: embedding columns, the input columns of qkv_proj / linear1 / output_proj, the
+output rows and biases of out_proj / linear2, and the LayerNorm weights and biases all take the order p
+(LayerNorm's mean and variance do not depend on the order; the head space and d_ff are untouched). Logits are
+the same function; only the order of the sums inside the matmuls changes (float rounding). The CTranslate2
+model needs no reordering: its position table is set to ours.
 
 Special ids and the decoder start token. Marian starts the decoder from the pad id
-(``decoder_start_token: pad``); our checkpoints from BOS (pad 0, unk 1, bos 2, eos 3). Our decoders never
-produce PAD or the start token; the export says so with ``bad_words_ids`` in generation_config.json, and
+(``variant.decoder_start_token: pad``); our checkpoints from BOS (pad 0, unk 1, bos 2, eos 3). Our decoders
+never produce PAD or the start token; the export says so with ``bad_words_ids`` in generation_config.json, and
 in CTranslate2 with a -inf output bias on those two ids (CTranslate2 keeps no decoding settings).
 
 Lengths. Our decoders stop a sentence at ``source length + eval.max_len_offset`` tokens (EOS included).
@@ -55,11 +55,12 @@ import torch
 
 from transformer.core.checkpoint import CheckpointError
 from transformer.core.config import ModelConfig
-from transformer.core.embeddings import sinusoidal_positions
 from transformer.core.model import Transformer
 from transformer.core.tokenizer import Tokenizer
 from transformer.interop.marian_text import MarianText, read_either
+from transformer.interop.variant import VariantTransformer, build_model, halves_positions, variant_of
 from transformer.runtime.checkpoints import load_for_inference
+from transformer.runtime.configs import VariantConfig
 from transformer.runtime.corpora import directions
 from transformer.runtime.quiet import quiet_libraries
 
@@ -112,9 +113,9 @@ def model_type_of(hf_model) -> str:
     return model_type
 
 
-def model_config_from_marian(hf_config, model_type: str = "marian") -> ModelConfig:
-    """The ModelConfig of a Marian (or, ``model_type="pegasus"``, a Pegasus) config, or a MarianError
-    naming what cannot be mapped."""
+def configs_from_marian(hf_config, model_type: str = "marian") -> tuple[ModelConfig, VariantConfig]:
+    """The model and variant configs of a Marian (or, ``model_type="pegasus"``, a Pegasus) config, or a
+    MarianError naming what cannot be mapped."""
     c, pre_norm = hf_config, model_type == "pegasus"
     share = getattr(c, "share_encoder_decoder_embeddings", True)  # Pegasus: always one vocabulary
     # Pegasus' config.json files still carry normalize_before / add_final_layer_norm = true: what it does
@@ -140,7 +141,7 @@ def model_config_from_marian(hf_config, model_type: str = "marian") -> ModelConf
     for refused, setting in refusals:
         if refused:
             raise MarianError(f"cannot map this {'Pegasus' if pre_norm else 'Marian'} model: {setting}")
-    return ModelConfig(
+    model = ModelConfig(
         d_model=c.d_model,
         n_heads=c.encoder_attention_heads,
         d_ff=c.encoder_ffn_dim,
@@ -150,18 +151,21 @@ def model_config_from_marian(hf_config, model_type: str = "marian") -> ModelConf
         norm_first=pre_norm,
         share_embeddings=bool(share),
         max_positions=c.max_position_embeddings,
+    )
+    variant = VariantConfig(
         activation=ACTIVATIONS[c.activation_function],
         sinusoid_layout="halves",
         scale_embeddings=bool(c.scale_embedding),
         output_bias=True,
         decoder_start_token="pad" if c.decoder_start_token_id == c.pad_token_id else "bos",
     )
+    return model, variant
 
 
 def marian_config(model: Transformer):
     """The MarianConfig of our model, a PegasusConfig if it is pre-norm (special ids from
     ``model.hf_config`` when it came from transformers)."""
-    c = model.config
+    c, variant = model.config, variant_of(model)
     if c.norm_first and not c.share_embeddings:
         raise MarianError(
             "cannot map to Pegasus (the pre-norm Marian): model.norm_first=True with "
@@ -178,8 +182,8 @@ def marian_config(model: Transformer):
             "decoder_start_token_id": model.start_id, "forced_eos_token_id": None,
             "dropout": c.dropout, "attention_dropout": c.dropout, "activation_dropout": c.dropout,
         }  # fmt: skip
-    activation = c.activation
-    if hf_config is not None and ACTIVATIONS.get(hf_config.activation_function) == c.activation:
+    activation = variant.activation
+    if hf_config is not None and ACTIVATIONS.get(hf_config.activation_function) == variant.activation:
         activation = hf_config.activation_function  # "silu" stays "silu"
     values.update(
         vocab_size=model.encoder.embedding.weight.size(0),
@@ -193,7 +197,7 @@ def marian_config(model: Transformer):
         decoder_ffn_dim=c.d_ff,
         activation_function=activation,
         max_position_embeddings=c.max_positions,
-        scale_embedding=c.scale_embeddings,
+        scale_embedding=variant.scale_embeddings,
         tie_word_embeddings=c.share_embeddings,
     )
     if c.norm_first:
@@ -240,7 +244,7 @@ def _marian_tensors(hf_model) -> dict[str, torch.Tensor]:
 
 def _check_positions(hf_model, config: ModelConfig) -> None:
     """Marian's position tables must be the sinusoids (ours, halves layout), not learned ones."""
-    expected = sinusoidal_positions(config.max_positions, config.d_model, "halves")  # (P, D)
+    expected = halves_positions(config.max_positions, config.d_model)  # (P, D)
     for stack in ("encoder", "decoder"):
         table = getattr(hf_model.model, stack).embed_positions.weight.detach().float().cpu()
         if table.shape != expected.shape or not torch.allclose(table, expected, rtol=0.0, atol=1e-6):
@@ -253,7 +257,7 @@ def from_marian(hf_model) -> Transformer:
     """A MarianMTModel (or Pegasus) -> our Transformer, the same function: ``model(src, tgt_in)`` equals
     ``hf_model(input_ids=src, attention_mask=src != pad, decoder_input_ids=tgt_in).logits``."""
     hf_config = hf_model.config
-    config = model_config_from_marian(hf_config, model_type_of(hf_model))
+    config, variant = configs_from_marian(hf_config, model_type_of(hf_model))
     _check_positions(hf_model, config)
     theirs = _marian_tensors(hf_model)
     state = {}
@@ -264,10 +268,10 @@ def from_marian(hf_model) -> Transformer:
     tgt_vocab = getattr(hf_config, "decoder_vocab_size", None) or src_vocab  # Pegasus: one vocabulary
     pad, start = hf_config.pad_token_id, hf_config.decoder_start_token_id
     marian_bos = getattr(hf_config, "bos_token_id", None)  # Marian: often = EOS
-    bos = start if config.decoder_start_token == "bos" else marian_bos
+    bos = start if variant.decoder_start_token == "bos" else marian_bos
     bos = pad if bos is None else bos
     try:
-        model = Transformer(config, src_vocab, tgt_vocab, pad, bos, hf_config.eos_token_id)
+        model = VariantTransformer(config, variant, src_vocab, tgt_vocab, pad, bos, hf_config.eos_token_id)
     except ValueError as error:  # special ids that cannot work together
         raise MarianError(f"cannot map this Marian model: {error}") from None
     dtype = theirs["model.encoder.layers.0.fc1.weight"].dtype if config.n_encoder_layers else torch.float32
@@ -307,7 +311,7 @@ def to_marian(model: Transformer):
     model's."""
     config = marian_config(model)
     state = {key: tensor.detach() for key, tensor in model.state_dict().items()}
-    if model.config.sinusoid_layout == "interleaved":
+    if variant_of(model).sinusoid_layout == "interleaved":
         state = interleaved_to_halves(state, model.config.d_model)
     hf_model = model_class("pegasus" if model.config.norm_first else "marian")(config)
     hf_model.to(device=model.output_proj.weight.device, dtype=model.output_proj.weight.dtype)
@@ -372,7 +376,7 @@ def _ct2_stack(spec, state: dict, stack: str, model: Transformer) -> None:
     c, D = model.config, model.config.d_model
     embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
     embeddings.weight = state[f"{stack}.embedding.embedding.weight"]
-    spec.scale_embeddings = math.sqrt(D) if c.scale_embeddings else 1.0
+    spec.scale_embeddings = math.sqrt(D) if variant_of(model).scale_embeddings else 1.0
     spec.position_encodings.encodings = getattr(model, stack).positions.table.float().cpu().numpy()  # (P, D)
     if c.norm_first:
         _ct2_norm(spec.layer_norm, state, f"{stack}.final_norm")
@@ -401,7 +405,7 @@ def to_ctranslate2(model: Transformer, tokenizer: Tokenizer, out_dir: str | Path
     except ImportError:
         raise MarianError('CTranslate2 export needs ctranslate2: pip install -e ".[hf]"') from None
     c = model.config
-    activation = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH"}[c.activation]
+    activation = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH"}[variant_of(model).activation]
     spec = transformer_spec.TransformerSpec.from_config(
         (c.n_encoder_layers, c.n_decoder_layers),
         c.n_heads,
@@ -429,7 +433,7 @@ def to_ctranslate2(model: Transformer, tokenizer: Tokenizer, out_dir: str | Path
 def export(checkpoint: str | Path, out_dir: str | Path, ct2_dir: str | Path | None = None) -> None:
     """best.pt -> a folder for AutoModelForSeq2SeqLM (Marian, or Pegasus if pre-norm) /
     MarianTokenizer.from_pretrained [+ a CTranslate2 model]."""
-    model, tokenizer, config = load_for_inference(checkpoint, read_tokenizer=read_either)
+    model, tokenizer, config = load_for_inference(checkpoint, read_tokenizer=read_either, build=build_model)
     hf_model = to_marian(model)
     hf_model.generation_config = generation_config(model)
     out_dir = Path(out_dir)

@@ -19,6 +19,7 @@ from transformer.core.config import EvalConfig
 from transformer.core.model import Transformer
 from transformer.interop.marian import MarianError, _transformers, from_marian, model_class
 from transformer.interop.marian_text import MarianText
+from transformer.interop.variant import variant_of
 from transformer.runtime.configs import Config, DataConfig
 from transformer.runtime.quiet import quiet_libraries
 
@@ -92,5 +93,6 @@ def load_released(
     start = hf_model.config.decoder_start_token_id
     tokenizer = MarianText(hf_tokenizer, start if start is not None else hf_tokenizer.pad_token_id)
     positions = model.config.max_positions  # the default eval / data settings, within the position table
-    config = Config(model=model.config, data=DataConfig(max_len=min(128, positions)), eval=EvalConfig())
+    data = DataConfig(max_len=min(128, positions))
+    config = Config(model=model.config, variant=variant_of(model), data=data, eval=EvalConfig())
     return model.to(device).eval(), tokenizer, config

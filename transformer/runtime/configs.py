@@ -26,6 +26,27 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"  # the configs the pac
 
 
 @dataclass(frozen=True)
+class VariantConfig:
+    # -- Where a released Marian (opus-mt) model differs from the paper. Our own models keep these defaults;
+    # -- a Marian model brought in sets them (interop/variant.py), so that ours computes the same function.
+    activation: str = "relu"  # feed-forward non-linearity: relu (§3.3), gelu or swish (Marian)
+    sinusoid_layout: str = "interleaved"  # sin/cos interleaved (§3.5) or "halves" (Marian, fairseq)
+    scale_embeddings: bool = True  # multiply token embeddings by √d_model (§3.4)
+    output_bias: bool = False  # a learned bias on the output projection (Marian's final_logits_bias)
+    decoder_start_token: str = "bos"  # the token tgt_in starts with: "bos", or "pad" as in Marian
+
+    def __post_init__(self):
+        choices = {
+            "activation": ("relu", "gelu", "swish"),
+            "sinusoid_layout": ("interleaved", "halves"),
+            "decoder_start_token": ("bos", "pad"),
+        }
+        for name, valid in choices.items():
+            if getattr(self, name) not in valid:
+                raise ConfigError(f"variant.{name}={getattr(self, name)!r}: expected {' or '.join(valid)}")
+
+
+@dataclass(frozen=True)
 class DataConfig:
     dataset: str = "multi30k"  # "multi30k", "text" (local parallel files) or "hub"
     src_lang: str = "de"  # source language code, as the corpus names it (files, hub columns)
@@ -80,6 +101,7 @@ class DataConfig:
 @dataclass(frozen=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
+    variant: VariantConfig = field(default_factory=VariantConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -109,13 +131,27 @@ class Config:
         return dataclasses.asdict(self)
 
 
+VARIANT_KEYS = tuple(f.name for f in dataclasses.fields(VariantConfig))
+
+
 def source_token_limit(model: ModelConfig, settings: EvalConfig) -> int:
     """The most source tokens (without EOS) the model can translate: the source with its EOS and up to
     ``eval.max_len_offset`` output tokens must fit the position table (``model.max_positions``)."""
     return model.max_positions - settings.max_len_offset - 1
 
 
+def with_variant_section(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with the variant's keys under ``variant``: a checkpoint written when they were ``model``
+    keys reads as one written now."""
+    model = dict(values.get("model") or {})
+    moved = {key: model.pop(key) for key in VARIANT_KEYS if key in model}
+    if not moved:
+        return values
+    return {**values, "model": model, "variant": {**moved, **(values.get("variant") or {})}}
+
+
 def config_from_dict(values: dict[str, Any]) -> Config:
+    values = with_variant_section(values)
     sections = {f.name: f.type for f in dataclasses.fields(Config)}
     sections = {name: typing.get_type_hints(Config)[name] for name in sections}
     for name in values:

@@ -96,7 +96,8 @@ def with_source_model(config: Config, source: Source) -> Config:
             f"train.init_from={source.path} brings its own tokenizer: data.tokenizer={config.data.tokenizer} "
             "cannot be used with it"
         )
-    return dataclasses.replace(config, model=dataclasses.replace(theirs, dropout=mine.dropout))
+    model = dataclasses.replace(theirs, dropout=mine.dropout)
+    return dataclasses.replace(config, model=model, variant=source.config.variant)
 
 
 def check_source(source: Source, train: TrainConfig) -> None:

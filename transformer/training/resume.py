@@ -8,7 +8,7 @@ import torch
 
 from transformer.core.checkpoint import CheckpointError, tokenizer_to_tensor
 from transformer.core.tokenizer import Tokenizer
-from transformer.runtime.configs import Config
+from transformer.runtime.configs import Config, with_variant_section
 from transformer.training.ranks import unwrap
 
 
@@ -61,7 +61,9 @@ def training_checkpoint(
 
 RESUME_IGNORES = ("data_dir", "cache_dir", "workers")  # where the data and cache are, how many processes
 # what check_resumable compares with the checkpoint (besides the precision and the number of processes)
-RESUME_CHECKS = "model.*, train.seed and data.* but " + ", ".join(f"data.{key}" for key in RESUME_IGNORES)
+RESUME_CHECKS = "model.*, variant.*, train.seed and data.* but " + ", ".join(
+    f"data.{key}" for key in RESUME_IGNORES
+)
 
 
 def located(value):
@@ -92,10 +94,11 @@ def check_resumable(ckpt: dict, path: Path, config: Config, world_size: int, pre
     with other model or data settings or another seed (they decide the weights' shapes and the order of the
     batches), by another number of processes, or in another precision (a checkpoint that does not say
     trained in fp32); or when it lacks the moving average ``train.ema_decay`` asks for."""
-    saved, now, default = ckpt["config"], config.to_dict(), Config().to_dict()  # a missing key: its default
+    saved, now, default = with_variant_section(ckpt["config"]), config.to_dict(), Config().to_dict()
     changed = [
-        f"model.{k}" for k in now["model"] if saved["model"].get(k, default["model"][k]) != now["model"][k]
-    ]
+        f"{section}.{k}" for section in ("model", "variant") for k in now[section]
+        if saved.get(section, {}).get(k, default[section][k]) != now[section][k]  # a missing key: its default
+    ]  # fmt: skip
     changed += [
         f"data.{k}" for k in now["data"]
         if k not in RESUME_IGNORES

@@ -14,9 +14,9 @@ import torch
 
 from transformer.core.checkpoint import load_checkpoint, save_checkpoint
 from transformer.core.decoding import PLAIN, Kernels
-from transformer.core.model import build_model
 from transformer.core.optim import make_optimizer
 from transformer.core.tokenizer import Tokenizer
+from transformer.interop.formats import build_model
 from transformer.runtime.configs import Config
 from transformer.runtime.corpora import parts_of, prefix_ids, user_symbols
 from transformer.runtime.lines import DataError
@@ -107,7 +107,7 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
         stores = [train_store(one.corpus["train"], one.fingerprint, tokenizer, one.part.data, runtime)
                   for one in loaded]  # fmt: skip
         splits = encode_corpus(loaded, stores, prefixes, tokenizer, config)
-        model = build_model(config.model, tokenizer).to(runtime.device)  # the same weights on every rank
+        model = build_model(config, tokenizer).to(runtime.device)  # the same weights on every rank
         model, kernels = kernels_for(model, config.train.fast)  # the fast tier's twins, or the plain model
         if runtime.rank:  # but each rank its own dropout masks
             torch.manual_seed(config.train.seed + 1_000_003 * runtime.rank)

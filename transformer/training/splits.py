@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from transformer.core.tokenizer import Tokenizer
+from transformer.interop.formats import target_tokenizer
 from transformer.runtime.configs import Config, DataConfig, source_token_limit
 from transformer.training.carving import Carved
 from transformer.training.corpus import ParallelText
@@ -18,8 +19,8 @@ from transformer.training.token_store import Side, TokenStore
 
 def encode_split(split: ParallelText, tokenizer: Tokenizer) -> tuple[list[list[int]], list[list[int]]]:
     """Token ids of every source and target sentence, without BOS / EOS (`collate` adds them); targets by the
-    tokenizer's ``target_side`` (the same one for a joint SentencePiece model)."""
-    return tokenizer.encode_batch(split.src), tokenizer.target_side.encode_batch(split.tgt)
+    ``target_tokenizer`` (the same one for a joint SentencePiece model)."""
+    return tokenizer.encode_batch(split.src), target_tokenizer(tokenizer).encode_batch(split.tgt)
 
 
 CLEANING_RULES = ("empty", "too_long", "ratio", "duplicate")

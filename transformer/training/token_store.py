@@ -33,6 +33,7 @@ import numpy as np
 from tqdm import tqdm
 
 from transformer.interop.formats import read_tokenizer as tokenizer_from_bytes
+from transformer.interop.formats import target_tokenizer
 
 try:
     import fcntl
@@ -129,7 +130,7 @@ _threads = -1  # SentencePiece's own threads per batch: all cores in this proces
 def _start_worker(tokenizer_bytes: bytes, threads: int = 1) -> None:
     global _sides, _threads
     tokenizer = tokenizer_from_bytes(tokenizer_bytes)
-    _sides, _threads = (tokenizer, tokenizer.target_side), threads
+    _sides, _threads = (tokenizer, target_tokenizer(tokenizer)), threads
 
 
 def pair_hash(src: str, tgt: str) -> int:
