@@ -108,7 +108,8 @@ def load_translator(args) -> Translator:
     given = {"beam_size": args.beam, "length_penalty": args.length_penalty, "max_tokens": args.max_tokens}
     if Path(args.checkpoint).is_dir() and not is_released(args.checkpoint):
         which = run_checkpoint(Path(args.checkpoint))[1]
-        print(f"translate.py: {args.checkpoint} is a run folder: using {which}", file=sys.stderr)
+        note = f"{args.checkpoint} is a run folder: using {which}"
+        print(f"{command_name('translate')}: {note}", file=sys.stderr)
     try:
         given = {k: v for k, v in given.items() if v is not None}
         translator = Translator.from_checkpoint(
