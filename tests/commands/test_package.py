@@ -56,6 +56,8 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(environment):
     assert (site / "transformer" / "configs" / "tiny.yaml").is_file()  # the configs are package data
     listed = run([bin_folder / "transformer-mt", "--help"]).stdout
     assert all(f"  {command} " in listed for command in ("train", "translate", "serve"))
+    serve = run([bin_folder / "transformer-mt", "serve", "--help"]).stdout  # the serve extra's command
+    assert serve.startswith("usage: transformer-mt serve") and "--checkpoint" in serve
 
 
 def test_train_and_translate_from_an_empty_folder_outside_the_checkout(environment, tmp_path, multi30k_dir):
