@@ -163,22 +163,52 @@ def measure(
             model.train()
             sync()
             t0 = time.perf_counter()
-            with torch.autocast(device.split(":")[0], dtype=dtype, enabled=dtype is not None):
-                if name == "ours":  # train.py's step: features, then the projection + loss by blocks of rows
-                    features = model(batch.src, batch.tgt_in, project=False)
-                    loss = output_loss(features, ours.output_proj, batch.tgt_out, 0, 0.1)
-                else:  # the plain core's and the textbook step: logits (B, T, V), then the loss
-                    loss = token_loss(model(batch.src, batch.tgt_in), batch.tgt_out, 0, 0.1)
-            loss = loss / batch.n_tgt_tokens
-            optimizers[name].zero_grad(set_to_none=True)
-            loss.backward()
-            optimizers[name].step()
+            train_step(name == "ours", model, batch, optimizers[name], device, dtype)
             sync()
             seconds = time.perf_counter() - t0
             if i >= warmup:
                 rates[name, precision].append(batch.n_tgt_tokens / seconds)
                 flops_per_s[name, precision].append(step_flops(sizes, B, S, T, vocab) / seconds)
     return {k: (statistics.median(rates[k]), statistics.median(flops_per_s[k])) for k in keys}
+
+
+def train_step(fast: bool, model: nn.Module, batch, optimizer, device: str, dtype) -> None:
+    """One step: forward, backward, Adam. ``fast``: train.py's (features, then the projection + loss by blocks
+    of rows); else the plain core's and the textbook one (logits (B, T, V), then the loss)."""
+    with torch.autocast(device.split(":")[0], dtype=dtype, enabled=dtype is not None):
+        if fast:
+            features = model(batch.src, batch.tgt_in, project=False)
+            loss = output_loss(features, model.output_proj, batch.tgt_out, 0, 0.1)
+        else:
+            loss = token_loss(model(batch.src, batch.tgt_in), batch.tgt_out, 0, 0.1)
+    optimizer.zero_grad(set_to_none=True)
+    (loss / batch.n_tgt_tokens).backward()
+    optimizer.step()
+
+
+MATMULS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm")
+
+
+def profile(sizes: ModelConfig, batches, vocab: int, dtype: torch.dtype | None, steps: int = 6) -> None:
+    """Where ours and nn.Transformer's training steps spend the CPU's time (``--profile``): every batch once
+    (the warm-up of ``measure``), then ``steps`` steps under torch.profiler; prints each one's share in
+    matmuls and its top operators by self CPU time."""
+    torch.manual_seed(0)
+    models = {"ours": speed_up(Transformer(sizes, vocab, vocab, 0, 2, 3)),
+              "torch": TorchTransformerMT(Transformer(sizes, vocab, vocab, 0, 2, 3))}  # fmt: skip
+    for name, model in models.items():
+        optimizer = make_optimizer(model.train(), TrainConfig())
+        for batch in batches:
+            train_step(name == "ours", model, batch, optimizer, "cpu", dtype)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiled:
+            for batch in batches[:steps]:
+                train_step(name == "ours", model, batch, optimizer, "cpu", dtype)
+        ops = sorted(profiled.key_averages(), key=lambda op: op.self_cpu_time_total, reverse=True)
+        total = sum(op.self_cpu_time_total for op in ops)
+        matmuls = sum(op.self_cpu_time_total for op in ops if op.key in MATMULS)
+        top = ", ".join(f"{op.key} {op.self_cpu_time_total / total:.1%}" for op in ops[:8])
+        print(f"profile {name}: {total / 1e6 / steps:.3f} s of CPU per step, matmuls {matmuls / total:.1%}; "
+              f"top: {top}", flush=True)  # fmt: skip
 
 
 def matmul_roofline(device: str, dtype: torch.dtype | None, n: int = 1024, repeats: int = 20) -> float:
@@ -209,6 +239,7 @@ def main():
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=list(DTYPES))
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="GPU peak (H100/H200 bf16: 989)")
     parser.add_argument("--compile", action="store_true", help="our model under torch.compile (inductor)")
+    parser.add_argument("--profile", action="store_true", help="then where each step's CPU time goes")
     args = parser.parse_args()
     dtypes = {precision: DTYPES[precision] for precision in args.precisions}
     from transformer.runtime.lines import DataError
@@ -251,6 +282,10 @@ def main():
     for precision in dtypes:
         print(f"ratio_vs_torch_{precision}={ratios[first, precision]:.3f}")
     print(f"ratio_vs_torch={ratios[first, args.precisions[0]]:.3f}")
+    if args.profile:
+        for precision, dtype in dtypes.items():
+            print(f"{first} {precision}:", flush=True)
+            profile(SIZES[first], batches, vocab, dtype)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,20 @@ def test_throughput_batches_are_real_and_honour_max_tokens():
 
 
 @needs_data
+def test_the_profile_gives_each_models_share_in_matmuls_and_its_top_operators(capsys):
+    batches, vocab = train_throughput.real_batches(str(DATA_DIR), 600, 3, vocab_size=300)
+    sizes = train_throughput.ModelConfig(
+        d_model=32, n_heads=2, d_ff=64, n_encoder_layers=1, n_decoder_layers=1
+    )
+    train_throughput.profile(sizes, batches, vocab, None, steps=2)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["profile ours", "profile torch"]
+    for line in lines:
+        share = float(line.split("matmuls ")[1].split("%")[0])
+        assert 0 < share < 100 and "aten::" in line.split("top: ")[1], line
+
+
+@needs_data
 def test_throughput_times_no_batch_before_every_model_has_run_it_once(monkeypatch):
     """bf16 matmuls on the CPU compile a oneDNN kernel per shape, which training compiles once (its first
     epoch) and then keeps: a step timed on a shape its model has never run would time the compiler. Each
