@@ -16,10 +16,9 @@ import logging
 import os
 import socket
 import sys
-from pathlib import Path
 
 from transformer.core.checkpoint import CheckpointError
-from transformer.interop.formats import is_released, run_checkpoint
+from transformer.interop.formats import run_folder_note
 from transformer.runtime.precision import DECODE_PRECISIONS, DeviceError
 from transformer.runtime.usage import UsageParser, command_name
 
@@ -133,9 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, OverflowError) as error:
         print(f"error: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
         return 1
-    if Path(args.checkpoint).is_dir() and not is_released(args.checkpoint):  # as translate.py says it
-        which = run_checkpoint(Path(args.checkpoint))[1]
-        print(f"{command_name('serve')}: {args.checkpoint} is a run folder: using {which}", file=sys.stderr)
+    if note := run_folder_note(args.checkpoint):  # as translate.py says it
+        print(f"{command_name('serve')}: {note}", file=sys.stderr)
     try:
         app = create_app(args.checkpoint, args.device, args.precision, api_key, limits, args.max_wait_ms,
                          args.max_tokens, args.max_queue)  # fmt: skip

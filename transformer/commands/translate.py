@@ -27,7 +27,7 @@ from transformer.inference.text_lines import (
     write_lines,
 )
 from transformer.inference.translator import Translator, warn
-from transformer.interop.formats import is_released, run_checkpoint
+from transformer.interop.formats import run_folder_note
 from transformer.runtime.metrics import bleu_chrf
 from transformer.runtime.precision import DeviceError
 from transformer.runtime.usage import USAGE_ERROR, UsageError, command_name
@@ -106,9 +106,7 @@ def check_paths(args) -> None:
 def load_translator(args) -> Translator:
     """The model, once, with the command line's settings; checks the settings against it."""
     given = {"beam_size": args.beam, "length_penalty": args.length_penalty, "max_tokens": args.max_tokens}
-    if Path(args.checkpoint).is_dir() and not is_released(args.checkpoint):
-        which = run_checkpoint(Path(args.checkpoint))[1]
-        note = f"{args.checkpoint} is a run folder: using {which}"
+    if note := run_folder_note(args.checkpoint):
         print(f"{command_name('translate')}: {note}", file=sys.stderr)
     try:
         given = {k: v for k, v in given.items() if v is not None}

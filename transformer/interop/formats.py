@@ -43,6 +43,14 @@ def run_checkpoint(folder: Path) -> tuple[Path, str]:
     return folder / "last.pt", "its last.pt (the run has no evaluation yet: its latest weights)"
 
 
+def run_folder_note(path: str | Path) -> str | None:
+    """What the commands say on stderr when ``path`` is a run folder of ours: which checkpoint it stands
+    for (``run_checkpoint``); None for anything else."""
+    if not Path(path).is_dir() or is_released(path):
+        return None
+    return f"{path} is a run folder: using {run_checkpoint(Path(path))[1]}"
+
+
 def read_tokenizer(data: bytes):
     """``to_bytes()`` of either kind of tokenizer -> the tokenizer: a SentencePiece model of this project
     (``Tokenizer``), or a released Marian model's own (``MarianText``: a run fine-tuned from such a model).
