@@ -2,6 +2,7 @@
 
     python3 bench/gpu.py OUT [--data-dir DIR] [--train-minutes 5] [--budget-s 570] [--checkpoint CKPT]
     python3 bench/gpu.py OUT --smoke          # the same stages on the CPU, tiny sizes, seconds each
+                                              # (compile: the eager backend, the stage's code alone)
 
 Stages, in this order, each in its own process with its own share of the budget (seconds at the default
 570 s; a larger budget scales every share up); a stage that ends early leaves its unused time to the later
@@ -99,7 +100,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if args.smoke:
         return Plan(
             "cpu", "fp32", args.data_dir, SMOKE_MODEL, [600], 2, 300, SMOKE_TRAIN + train,
-            args.checkpoint, 8, "aot_eager",
+            args.checkpoint, 8, "eager",
         )  # fmt: skip
     from transformer.runtime.configs import load_config
 

@@ -79,7 +79,9 @@ def copy_checkout(destination: Path) -> None:
 
 def failing_tests(copy: Path, tests: list[str]) -> tuple[list[str], str]:
     """Run pytest in the copy (its package first on the path) -> (failed test ids, the summary line)."""
-    env = dict(os.environ, PYTHONPATH=str(copy), OMP_NUM_THREADS="1")  # the copies share the cores
+    # the copies share the cores; pytest's plugins from other packages (schemathesis, hypothesis, ...) are
+    # not needed by these tests and loading them would take most of each run's time
+    env = dict(os.environ, PYTHONPATH=str(copy), OMP_NUM_THREADS="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf"]
     command += ["-k", "not validation_set"]  # the one lesson test that trains a model: no attention inside
     done = subprocess.run(command + tests, cwd=copy, env=env, capture_output=True, text=True, timeout=1200)

@@ -5,15 +5,14 @@ test run. The plain helpers (paths, random models, in-process commands) are in h
 import atexit
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import CONFIGS, DATA_DIR, ROOT
+from helpers import CONFIGS, DATA_DIR, run_command
 
+from transformer.commands import train
 from transformer.training import multi30k
 from transformer.training.corpus import Corpus
 from transformer.training.multi30k import load_multi30k
@@ -50,17 +49,16 @@ def multi30k_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory, multi30k_dir) -> Path:
-    """best.pt of a tiny model trained once per session by train.py (~12 s on one CPU core).
+    """best.pt of a tiny model trained once per session by train.py, in this process.
 
     the tiny config with 300 steps on 3000 pairs, so that it translates into more than one repeated token.
     """
     run_dir = tmp_path_factory.mktemp("tiny_run")
-    command = [
-        sys.executable, str(ROOT / "train.py"), "--config", str(CONFIGS / "tiny.yaml"),
-        "--run-dir", str(run_dir), "--data-dir", str(multi30k_dir), "--set", "train.max_steps=300",
-        "--set", "data.train_limit=3000", "--set", "eval.every_steps=0",
+    argv = [
+        "--config", str(CONFIGS / "tiny.yaml"), "--run-dir", str(run_dir), "--data-dir", str(multi30k_dir),
+        "--set", "train.max_steps=300", "--set", "data.train_limit=3000", "--set", "eval.every_steps=0",
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    done = run_command(train.main, argv)
     assert done.returncode == 0, f"tiny training failed:\n{done.stderr[-3000:]}"
     return run_dir / "best.pt"
 

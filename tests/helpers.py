@@ -1,7 +1,9 @@
 """What the tests share, beside conftest.py's fixtures: where the checkout and Multi30k are, small seeded
 random models, sources and batches, the commands run in-process, and a CPU with chosen instructions."""
 
+import contextlib
 import io
+import subprocess
 import sys
 from pathlib import Path
 
@@ -129,6 +131,18 @@ def run_translate(argv, capsys, stdin: bytes | None = None, monkeypatch=None):
     code = translate.main(argv)
     out, err = capsys.readouterr()
     return code, out.split("\n")[:-1] if out else [], err
+
+
+def run_command(main, argv: list[str]) -> subprocess.CompletedProcess:
+    """A command's ``main(argv)`` in this process, reported as ``subprocess.run`` would report the script:
+    exit code, stdout, stderr (without the second's start-up: torch is imported once per test run)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exit:  # argparse's usage errors
+            code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 # -------- the machine ----------------------------------------------------------------------------

@@ -12,7 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from helpers import ROOT
+from helpers import ROOT, run_command
+
+from transformer.commands import translate
 
 LINES = [
     "Ein Hund läuft über die Wiese.",
@@ -107,15 +109,6 @@ def translate_py(checkpoint: Path, lines: list[str], tmp_path: Path, *flags: str
     """translate.py's output lines for ``lines`` (its default options, then ``flags``)."""
     source = tmp_path / "input.de"
     source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    command = [
-        sys.executable,
-        "translate.py",
-        "--checkpoint",
-        str(checkpoint),
-        "--input",
-        str(source),
-        *flags,
-    ]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = run_command(translate.main, ["--checkpoint", str(checkpoint), "--input", str(source), *flags])
     assert done.returncode == 0, done.stderr
     return done.stdout.split("\n")[:-1]

@@ -217,7 +217,7 @@ def test_serve_abuse_answers_every_polite_line_and_refuses_each_abuse_with_its_s
     pytest.importorskip("uvicorn", reason='the serve extra: pip install -e ".[serve]"')
     import serve_abuse
 
-    argv = ["--checkpoint", str(tiny_checkpoint), "--data-dir", str(DATA_DIR), "--sentences", "150",
+    argv = ["--checkpoint", str(tiny_checkpoint), "--data-dir", str(DATA_DIR), "--sentences", "48",
             "--clients", "8", "--max-seconds", "120"]  # fmt: skip
     assert serve_abuse.main(argv) == 0  # nothing lost or wrong, no abusive request with a wrong status
     out = capsys.readouterr().out

@@ -25,17 +25,28 @@ def close(got, want, places: int) -> bool:
     return round(got, places) == pytest.approx(want, abs=10 ** -(places + 3))
 
 
-def test_the_doc_shows_what_the_script_prints_and_links_hold_their_code(capsys):
+@pytest.fixture(scope="module")
+def lesson_sections():
+    """The lesson's sections, run once for this module (from the seed every test starts from)."""
+    torch.manual_seed(0)
+    return attention_lesson.run_sections()
+
+
+def ran(sections, key: str):
+    """The section ``key`` of the lesson's run."""
+    (section,) = [section for _, _, section in sections if section.key == key]
+    return section
+
+
+def test_the_doc_shows_what_the_script_prints_and_links_hold_their_code(lesson_sections, monkeypatch, capsys):
+    monkeypatch.setattr(attention_lesson, "run_sections", lambda: lesson_sections)
     assert attention_lesson.main(["--check-doc", str(ROOT / "docs" / "attention.md")]) == 0, (
         capsys.readouterr()
     )
 
 
-def test_the_doc_check_catches_a_changed_number_and_a_stale_link(tmp_path):
-    texts = {
-        section.key: attention_lesson.section_text(n, section)
-        for _, n, section in attention_lesson.run_sections()
-    }
+def test_the_doc_check_catches_a_changed_number_and_a_stale_link(lesson_sections, tmp_path):
+    texts = {section.key: attention_lesson.section_text(n, section) for _, n, section in lesson_sections}
     doc = (ROOT / "docs" / "attention.md").read_text(encoding="utf-8")
     (tmp_path / "attention.md").write_text(doc, encoding="utf-8")
     assert attention_lesson.check_doc(tmp_path / "attention.md", texts) == 0
@@ -65,8 +76,8 @@ def test_numpy_reference_and_library():
     assert n["diff"] < 1e-6 and n["random_diff"] < 1e-6  # float32 rounding (the text: 4.8e-07, 6.0e-07)
 
 
-def test_variance_table_follows_d_k():
-    n = scaling.variance_table().numbers  # our seeded draw: the text's own draw is not given
+def test_variance_table_follows_d_k(lesson_sections):
+    n = ran(lesson_sections, "variance_table").numbers  # our seeded draw: the text's own draw is not given
     for d_k, (variance, scaled_std) in n.items():
         assert abs(variance / d_k - 1) < 0.02 and abs(scaled_std - 1) < 0.01
     assert close([n[4][0], n[512][0]], [3.96, 510.68], 2)  # ours, pinned (the text: 3.99, 514.16)
@@ -166,16 +177,16 @@ def test_quick_checks():
     assert n["shapes"] == ((10, 10), (10, 8))
 
 
-def test_cost_counted_on_our_block():
-    counted = heads.cost().numbers["counted"]
+def test_cost_counted_on_our_block(lesson_sections):
+    counted = ran(lesson_sections, "cost").numbers["counted"]
     assert round(counted[(512, 512)]["projections"] / 1e9, 2) == 1.07 == round(8 * 512**3 / 1e9, 2)
     assert round(counted[(512, 512)]["attention"] / 1e9, 2) == 0.54
     for T, D in ((1024, 512), (2048, 1024)):  # T = 2 D: the two parts cost the same
         assert counted[(T, D)]["projections"] == counted[(T, D)]["attention"] == 8 * T * D * D
 
 
-def test_variance_with_the_lessons_own_generator():
-    n = scaling.variance_seeded().numbers
+def test_variance_with_the_lessons_own_generator(lesson_sections):
+    n = ran(lesson_sections, "variance_seeded").numbers
     assert (n[16], n[64], n[256]) == ((16.0, 1.0), (63.8, 1.0), (255.3, 1.0))
     assert abs(n["sigma4"] - 16) < 0.3
 

@@ -20,9 +20,10 @@ from servers import LINES, Server, translate_py
 
 pytest.importorskip("fastapi", reason='the serve extra: pip install -e ".[serve]"')
 
-from helpers import ROOT
+from helpers import run_command
 
 import transformer.serving.batcher as batcher_module
+from transformer.commands import serve
 from transformer.inference.translator import Translator
 from transformer.serving.batcher import Batcher, Job, QueueFull
 
@@ -276,8 +277,8 @@ def test_the_key_is_compared_as_bytes_and_any_header_is_a_401_never_a_500(tiny_c
 
 
 def serve_py(*flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "serve.py", *flags], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    """serve.py with these flags, in this process: for the runs refused before a server starts."""
+    return run_command(serve.main, list(flags))
 
 
 def test_a_bad_checkpoint_precision_device_or_port_is_one_line_before_the_server_starts(
@@ -296,9 +297,8 @@ def test_a_bad_checkpoint_precision_device_or_port_is_one_line_before_the_server
         (["--checkpoint", str(tiny_checkpoint), "--port", str(taken.getsockname()[1])], 1, "cannot listen"),
     ]  # fmt: skip
     try:
-        with ThreadPoolExecutor(max_workers=2) as pool:  # two at a time: each waits on its own imports
-            runs = list(pool.map(lambda case: serve_py(*case[0]), cases))
-        for (flags, status, named), done in zip(cases, runs):
+        for flags, status, named in cases:
+            done = serve_py(*flags)
             lines = done.stderr.strip().splitlines()
             assert done.returncode == status and len(lines) == 1, (flags, done.stderr)
             assert lines[0].startswith("error: ") and named in lines[0], (flags, lines)
@@ -319,8 +319,6 @@ def test_a_run_folder_as_checkpoint_says_which_checkpoint_it_serves(tiny_checkpo
 def test_answers_on_a_kept_alive_connection_are_not_held_back_by_nagle(server):
     """serve.py opens its own socket: it must name IPPROTO_TCP, or asyncio leaves TCP_NODELAY off and each
     answer on a kept-alive connection waits ~40 ms for the client's delayed ACK."""
-    from transformer.commands import serve
-
     with serve.listen("127.0.0.1", 0) as sock:
         assert sock.proto == socket.IPPROTO_TCP
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)

@@ -4,13 +4,14 @@ target language on the command line."""
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import CONFIGS, NO_HEATMAPS, ROOT
+from helpers import CONFIGS, NO_HEATMAPS, run_command
 
+from transformer.commands import train as train_command
+from transformer.commands import translate as translate_command
 from transformer.core.config import ConfigError
 from transformer.runtime.configs import load_config
 from transformer.runtime.corpora import parts_of, prefix_pieces, user_symbols
@@ -49,13 +50,11 @@ def train(tmp_path: Path, name: str, corpora: list[dict], *overrides: str) -> su
         for override in (f"data.corpora={json.dumps(corpora)}", NO_HEATMAPS, *overrides)
         for x in ("--set", override)
     ]
-    command = [sys.executable, "train.py", "--config", "tiny", "--run-dir", str(tmp_path / name), *sets]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return run_command(train_command.main, ["--config", "tiny", "--run-dir", str(tmp_path / name), *sets])
 
 
 def translate(checkpoint: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "translate.py", "--checkpoint", str(checkpoint), *args]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return run_command(translate_command.main, ["--checkpoint", str(checkpoint), *args])
 
 
 # -------- the config's rules -----------------------------------------------------------------------------

@@ -42,8 +42,8 @@ def test_sigkill_then_resume_ends_bit_identical(tmp_path):
     train_py = [sys.executable, str(ROOT / "train.py")]
     quiet = {"cwd": ROOT, "env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     steps = "train.max_steps=80"  # tiny steps are fast: leave the kill below room to land mid-run
-    assert subprocess.run(train_py + argv(straight, *COMMON, steps), **quiet).returncode == 0
-
+    # the straight run beside the one to kill: one thread each, so the 2 cores run both
+    straight_run = subprocess.Popen(train_py + argv(straight, *COMMON, steps), **quiet)
     proc = subprocess.Popen(train_py + argv(killed, *COMMON, "train.max_steps=100000"), **quiet)
     deadline = time.time() + 240
     while checkpoint_step(killed / "last.pt") < 6 and time.time() < deadline and proc.poll() is None:
@@ -52,6 +52,7 @@ def test_sigkill_then_resume_ends_bit_identical(tmp_path):
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
     assert 6 <= checkpoint_step(killed / "last.pt") < 80
+    assert straight_run.wait(timeout=240) == 0
 
     assert subprocess.run(train_py + argv(killed, *COMMON, steps) + ["--resume"], **quiet).returncode == 0
     a, b = load_checkpoint(straight / "last.pt"), load_checkpoint(killed / "last.pt")
