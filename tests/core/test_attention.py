@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from transformer.core.attention import (
     MultiHeadAttention,
+    attention_weights,
     merge_heads,
     scaled_dot_product_attention,
     split_heads,
@@ -230,3 +231,18 @@ def test_cross_attention_cache_computed_once():
     k_first = cache["k"]
     out, _ = mha(torch.randn(2, 1, 32), torch.zeros(0), torch.zeros(0), None, cache)  # memory unused now
     assert cache["k"] is k_first and out.shape == (2, 1, 32)
+
+
+def test_attention_weights_compile_into_one_graph_with_fully_masked_rows_zeroed():
+    """On the CPU the eager code asks whether a row is fully masked before zeroing it; compiled, that
+    question would break the graph, so the zeroing is unconditional (the same weights)."""
+    import torch._dynamo
+
+    q, k = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 5, 4)  # (B, H, Tq, d_k), (B, H, Tk, d_k)
+    mask = torch.ones(2, 1, 3, 5, dtype=torch.bool)
+    mask[1, :, 2] = False  # a fully masked row
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(attention_weights)(q, k, mask)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    compiled = torch.compile(attention_weights, backend="eager")(q, k, mask)
+    assert torch.equal(compiled, attention_weights(q, k, mask)) and compiled[1, :, 2].abs().sum() == 0

@@ -101,3 +101,19 @@ def test_relu_dropout_when_decoding_overwrites_its_input_and_keeps_autograd_othe
     before = leaf.detach().clone()
     relu_dropout(leaf * 1.0, 0.1, training=False).sum().backward()  # eval mode with autograd: not in place
     assert torch.equal(leaf.detach(), before) and torch.equal(leaf.grad, (leaf > 0).float())
+
+
+def test_under_torch_compile_it_is_f_dropout_in_one_graph():
+    """The CPU mask's draw would break torch.compile's graph: compiled, the twin is F.dropout (the same
+    random stream as F.dropout eager), and the traced function has no graph break."""
+    import torch._dynamo
+
+    x = torch.randn(8, 64)
+    torch.manual_seed(1)
+    expected = torch.relu(torch.nn.functional.dropout(x, 0.3))
+    for function in (lambda x: relu_dropout(x.clone(), 0.3), lambda x: torch.relu(dropout(x, 0.3))):
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(function)(x)
+        assert explained.graph_break_count == 0, explained.break_reasons
+        torch.manual_seed(1)
+        assert torch.equal(torch.compile(function, backend="eager")(x), expected)

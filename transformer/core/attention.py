@@ -38,9 +38,9 @@ def attention_weights(
     # fully masked row softmaxes to a uniform row instead of 0/0 = NaN (also in fp16/bf16)...
     scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = torch.softmax(scores, dim=-1)  # (..., Tq, Tk)
-    # ...which is then zeroed. On the CPU, where asking costs no device sync, only when there is one.
+    # ...which is then zeroed: on the CPU (no device sync to ask) only when there is one, unless compiled
     fully_masked = ~mask.any(dim=-1, keepdim=True)  # (..., Tq | 1, 1)
-    if weights.device.type != "cpu" or bool(fully_masked.any()):
+    if weights.device.type != "cpu" or torch.compiler.is_compiling() or bool(fully_masked.any()):
         weights = weights.masked_fill(fully_masked, 0.0)
     return weights
 

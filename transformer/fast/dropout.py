@@ -5,7 +5,8 @@ of a training step (docs/benchmarks.md, "Speed choices in the code"). This versi
 cuts each into four 16-bit numbers:
 an element is dropped when its number is below ``round(p · 65536)``, so ``p`` is rounded to a multiple
 of 1/65536 (0.1 becomes 0.100006) and the survivors are scaled by 1 / (1 − that p), keeping the expectation
-exact. On other devices ``F.dropout`` is used as is. Both draw from PyTorch's global generator, so
+exact. On other devices, and under ``torch.compile`` (whose graphs it would break), ``F.dropout`` is used
+as is. Both draw from PyTorch's global generator, so
 ``torch.manual_seed`` and saved RNG states make runs repeatable.
 """
 
@@ -17,7 +18,7 @@ from torch import nn
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" or torch.compiler.is_compiling():  # a graph break under torch.compile
         return F.dropout(x, p, training=True)
     kept, scale = _draw_kept(x, p)
     return _ScaleKept.apply(x, kept, scale)
@@ -29,7 +30,7 @@ def relu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tens
     Without autograd (decoding) and without dropout, ``x`` is overwritten: no new (B, T, d_ff) tensor."""
     if not training and not torch.is_grad_enabled():
         return F.relu_(x)
-    if not training or p == 0.0 or x.device.type != "cpu":
+    if not training or p == 0.0 or x.device.type != "cpu" or torch.compiler.is_compiling():
         return dropout(F.relu(x), p, training)
     kept, scale = _draw_kept(x, p)
     return _ScaleKept.apply(x, kept & (x > 0), scale)
