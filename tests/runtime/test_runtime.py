@@ -11,6 +11,7 @@ from transformer.core.config import PRECISIONS
 from transformer.runtime.precision import (
     DeviceError,
     autocast_dtype,
+    faster_precision,
     resolve_device,
     slow_precision,
     training_precision,
@@ -80,6 +81,22 @@ def test_bf16_and_int8_are_named_slow_only_on_a_cpu_without_their_instructions(m
     assert "no int8 dot-product instructions" in slow_precision("int8-bf16", cpu)
     cpu_with(monkeypatch, "avx512_bf16", "vnni")
     assert slow_precision("int8-bf16", cpu) is None
+
+
+def test_int8_is_named_slower_than_bf16_only_on_a_cpu_that_multiplies_bf16(monkeypatch):
+    cpu = torch.device("cpu")
+    for features in (("avx512_bf16", "vnni"), ("amx_tile",)):
+        cpu_with(monkeypatch, *features)
+        for precision in ("int8", "int8-bf16"):
+            assert "--precision bf16 decodes faster" in faster_precision(precision, cpu)
+        assert faster_precision("bf16", cpu) is None and faster_precision("fp32", cpu) is None
+    cpu_with(monkeypatch, "vnni")  # int8 dot products, no bf16: int8 is this CPU's fastest
+    assert faster_precision("int8", cpu) is None
+    cpu_with(monkeypatch, "amx_tile")
+    assert faster_precision("int8", torch.device("cuda", 0)) is None
+    for name in ("avx512_bf16", "amx_tile", "vnni"):  # a PyTorch that cannot say: no claim on a guess
+        monkeypatch.delattr(torch.cpu, f"_is_{name}_supported", raising=False)
+    assert faster_precision("int8", cpu) is None
 
 
 def test_a_pytorch_that_cannot_say_gets_no_warning(monkeypatch):

@@ -57,7 +57,7 @@ from transformer.runtime.attention_maps import SentenceAttention, pair_attention
 from transformer.runtime.configs import source_token_limit
 from transformer.runtime.corpora import target_languages, trained_target
 from transformer.runtime.metrics import bleu_chrf
-from transformer.runtime.precision import autocast, resolve_device, slow_precision
+from transformer.runtime.precision import autocast, faster_precision, resolve_device, slow_precision
 from transformer.runtime.search import decode_in_batches, ended_with_eos, kernels_for
 
 
@@ -139,8 +139,9 @@ class Translator:
         ``fast``: decode with the fast tier's modules (``model``'s own are replaced, in place) and kernels;
         False: the plain core's."""
         self.device = torch.device(device)
-        if (slow := slow_precision(precision, self.device)) is not None:
-            warn(f"--precision {precision}: {slow}")
+        for why in (slow_precision(precision, self.device), faster_precision(precision, self.device)):
+            if why is not None:
+                warn(f"--precision {precision}: {why}")
         model, self.kernels = kernels_for(model, fast)
         model, self.dtype = quantized_decoding_model(model, precision, self.device)  # dtype: of autocast
         self.model, self.tokenizer, self.settings = model.to(self.device).eval(), tokenizer, settings
