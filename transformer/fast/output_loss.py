@@ -24,7 +24,9 @@ from torch import nn
 
 from transformer.core.loss import smoothed_nll
 
-BLOCK_ELEMENTS = 2**20  # logits per block of rows: 4 MB in fp32 (128 rows of an 8000-token vocabulary)
+# logits per block of rows: 16 MB in fp32 (524 rows of an 8000-token vocabulary), the fastest of 65-1048 rows
+# (docs/benchmarks.md, "Speed choices in the code")
+BLOCK_ELEMENTS = 2**22
 
 
 def output_loss(
