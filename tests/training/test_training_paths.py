@@ -16,12 +16,12 @@ from helpers import DATA_DIR, ROOT, needs_data, run_train
 
 from transformer.commands import train
 from transformer.core.batches import collate
-from transformer.core.checkpoint import load_checkpoint
+from transformer.core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from transformer.core.config import ModelConfig, TrainConfig
 from transformer.core.loss import token_loss
 from transformer.core.model import Transformer
 from transformer.runtime.checkpoints import load_for_inference
-from transformer.training.averaging import average_checkpoints, step_checkpoints
+from transformer.training.averaging import average_checkpoints, average_last, step_checkpoints
 from transformer.training.averaging import main as average_main
 from transformer.training.ranks import Runtime
 
@@ -203,6 +203,23 @@ def test_averaging_with_a_moving_average_averages_the_raw_weights_unless_told(tm
     assert run_train(plain, "train.max_steps=6", "eval.every_steps=3", "train.keep_last=2") == 0
     assert average_main([str(tmp_path / "x.pt"), "--last", "2", str(plain), "--weights", "ema"]) == 1
     assert "has no moving average" in capsys.readouterr().err
+
+
+def test_checkpoints_that_kept_only_the_moving_average_are_averaged_as_such_with_a_warning(tmp_path, capsys):
+    """Step checkpoints written before the raw weights were kept beside the moving average: averaging the
+    raw weights cannot be done, so the final test averages the moving averages and says so."""
+    config = {"model": {"d_model": 2}, "train": {"ema_decay": 0.9}}
+    for step, value in ((3, 1.0), (6, 3.0)):
+        checkpoint = {"config": config, "model": {"w": torch.full((2,), value)}, "tokenizer": torch.zeros(3)}
+        save_checkpoint(checkpoint, tmp_path / f"step_{step}.pt")
+    averaged = average_last(tmp_path, 2, "raw", has_ema=True)
+    assert averaged == tmp_path / "averaged.pt"
+    state = load_checkpoint(averaged)
+    assert torch.equal(state["model"]["w"], torch.full((2,), 2.0))
+    assert state["state"]["averaged_weights"] == "ema"
+    assert "averaging their moving averages (eval.average_weights=ema)" in capsys.readouterr().err
+    with pytest.raises(CheckpointError, match="holds only the moving average"):  # no switch without one
+        average_last(tmp_path, 2, "raw", has_ema=False)
 
 
 # -------- torch.compile -------------------------------------------------------------------------

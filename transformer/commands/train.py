@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from transformer.core.batches import Batch, iter_batches, make_batches
-from transformer.core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from transformer.core.checkpoint import CheckpointError
 from transformer.core.config import ConfigError
 from transformer.core.loss import token_loss
 from transformer.core.optim import cooldown_factor, learning_rate, lr_scale
@@ -33,7 +33,7 @@ from transformer.runtime.lines import DataError
 from transformer.runtime.precision import DeviceError
 from transformer.runtime.usage import UsageParser, command_name
 from transformer.training import reporting
-from transformer.training.averaging import average_checkpoints, last_step_checkpoints
+from transformer.training.averaging import average_last
 from transformer.training.prefetch import prefetch
 from transformer.training.ranks import shard, unwrap
 from transformer.training.run import Run, TrainingError, check_finite, save, setup
@@ -240,16 +240,9 @@ def final_test(run: Run, stop_reason: str) -> dict:
     rt, config = run.runtime, run.config
     tested = run.run_dir / "best.pt"
     if config.eval.average_last:
-        tested = run.run_dir / "averaged.pt"
-        kept, weights = (
-            last_step_checkpoints(run.run_dir, config.eval.average_last),
-            config.eval.average_weights,
+        tested = average_last(
+            run.run_dir, config.eval.average_last, config.eval.average_weights, has_ema=run.ema is not None
         )
-        if weights == "raw" and not all("train_model" in load_checkpoint(p) for p in kept) and run.ema:
-            print("warning: step checkpoints from before the raw weights were kept: averaging their moving "
-                  "averages (eval.average_weights=ema)", file=sys.stderr)  # fmt: skip
-            weights = "ema"
-        save_checkpoint(average_checkpoints(kept, weights), tested)
     model, tokenizer, _ = load_model(tested, rt.device)
     t0 = time.perf_counter()
     hyps, scores, by_corpus = score_test_set(run, model, tokenizer)

@@ -43,14 +43,16 @@ def last_step_checkpoints(run_dir: Path, n: int) -> list[Path]:
 
 def checkpoint_weights(checkpoint: dict, path: Path, weights: str) -> dict:
     """The ``raw`` (training) or ``ema`` (moving average) weights of a checkpoint, or a CheckpointError."""
-    has_ema = "train_model" in checkpoint  # then "model" is the moving average
+    has_both = "train_model" in checkpoint  # the raw weights, and "model" the moving average
+    # the older format kept only the moving average, as "model"
+    only_ema = not has_both and checkpoint["config"].get("train", {}).get("ema_decay", 0.0) > 0
     if weights == "raw":
-        if not has_ema and checkpoint["config"]["train"].get("ema_decay", 0.0) > 0:
+        if only_ema:
             raise CheckpointError(f"{path} holds only the moving average, not the raw weights (older format)")
-        return checkpoint["train_model"] if has_ema else checkpoint["model"]
+        return checkpoint["train_model"] if has_both else checkpoint["model"]
     if weights != "ema":
         raise CheckpointError(f"weights must be raw or ema, got {weights!r}")
-    if not has_ema:
+    if not (has_both or only_ema):
         raise CheckpointError(f"{path} has no moving average (train.ema_decay = 0): average --weights raw")
     return checkpoint["model"]
 
@@ -83,6 +85,20 @@ def average_checkpoints(paths: list[Path], weights: str = "raw") -> dict:
     state = dict(first.get("state", {}))
     state["averaged_from"], state["averaged_weights"] = [str(p) for p in paths], weights
     return {"config": first["config"], "model": model, "tokenizer": first["tokenizer"], "state": state}
+
+
+def average_last(run_dir: Path, n: int, weights: str, has_ema: bool) -> Path:
+    """RUN_DIR/averaged.pt, written: the average of the ``weights`` ("raw" / "ema") of the run's last ``n``
+    step checkpoints (a run's final test with ``eval.average_last``). A run with a moving average
+    (``has_ema``) whose older checkpoints kept only that average averages the moving averages, and says so."""
+    paths = last_step_checkpoints(run_dir, n)
+    if weights == "raw" and has_ema and not all("train_model" in load_checkpoint(p) for p in paths):
+        print("warning: step checkpoints from before the raw weights were kept: averaging their moving "
+              "averages (eval.average_weights=ema)", file=sys.stderr)  # fmt: skip
+        weights = "ema"
+    averaged = Path(run_dir) / "averaged.pt"
+    save_checkpoint(average_checkpoints(paths, weights), averaged)
+    return averaged
 
 
 def main(argv: list[str] | None = None) -> int:
