@@ -320,7 +320,7 @@ def test_torchrun_two_cpu_processes(tmp_path):
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
         str(ROOT / "train.py"), "--config", TINY, "--run-dir", str(tmp_path / "ddp"),
-        "--data-dir", str(DATA_DIR), "--set", "train.max_steps=0", "--set", "train.max_minutes=0.1",
+        "--data-dir", str(DATA_DIR), "--set", "train.max_steps=0", "--set", "train.max_minutes=0.05",
         "--set", "eval.every_steps=3", "--set", "train.cooldown=0.5",  # a collective per vote: no hang
     ]  # fmt: skip
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
