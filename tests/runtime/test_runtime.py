@@ -83,17 +83,16 @@ def test_bf16_and_int8_are_named_slow_only_on_a_cpu_without_their_instructions(m
     assert slow_precision("int8-bf16", cpu) is None
 
 
-def test_int8_is_named_slower_than_bf16_only_on_a_cpu_that_multiplies_bf16(monkeypatch):
+def test_int8_is_named_slower_than_bf16_only_on_a_cpu_with_amx(monkeypatch):
     cpu = torch.device("cpu")
-    for features in (("avx512_bf16", "vnni"), ("amx_tile",)):
-        cpu_with(monkeypatch, *features)
-        for precision in ("int8", "int8-bf16"):
-            assert "--precision bf16 decodes faster" in faster_precision(precision, cpu)
-        assert faster_precision("bf16", cpu) is None and faster_precision("fp32", cpu) is None
-    cpu_with(monkeypatch, "vnni")  # int8 dot products, no bf16: int8 is this CPU's fastest
-    assert faster_precision("int8", cpu) is None
     cpu_with(monkeypatch, "amx_tile")
+    for precision in ("int8", "int8-bf16"):
+        assert "--precision bf16 decodes faster" in faster_precision(precision, cpu)
+    assert faster_precision("bf16", cpu) is None and faster_precision("fp32", cpu) is None
     assert faster_precision("int8", torch.device("cuda", 0)) is None
+    for features in (("avx512_bf16", "vnni"), ("vnni",)):  # bf16 and int8 level there; int8 the fastest
+        cpu_with(monkeypatch, *features)
+        assert faster_precision("int8", cpu) is None
     for name in ("avx512_bf16", "amx_tile", "vnni"):  # a PyTorch that cannot say: no claim on a guess
         monkeypatch.delattr(torch.cpu, f"_is_{name}_supported", raising=False)
     assert faster_precision("int8", cpu) is None

@@ -155,8 +155,7 @@ def add_output_arguments(parser) -> None:
         "--precision", default="auto", choices=DECODE_PRECISIONS,
         help="autocast: auto = bf16 on CUDA, fp32 on the CPU (a run validated in results.json's precision); "
         "int8: linear layers multiply in int8 on the CPU (torchao, the extra .[int8]), the rest fp32; "
-        "int8-bf16: the same, the rest bf16; on a CPU with bf16 instructions bf16 is faster than both "
-        "(default: auto)",
+        "int8-bf16: the same, the rest bf16; a note says where bf16 decodes faster (default: auto)",
     )  # fmt: skip
     parser.add_argument(
         "--fast", action=argparse.BooleanOptionalAction, default=True,

@@ -104,14 +104,14 @@ def slow_precision(precision: str, device: torch.device) -> str | None:
 
 def faster_precision(precision: str, device: torch.device) -> str | None:
     """Why another precision decodes faster than ``precision`` on this CPU, or None when none is known to:
-    int8 products pay a fixed cost per call (quantizing the input) that bf16's matrix instructions do not,
-    and on the CPUs with AVX512-BF16 or AMX measured, bf16 decoded faster than both int8 precisions
+    int8 products pay a fixed cost per call (quantizing the input) that AMX's bf16 products do not, and on
+    the CPU with AMX measured bf16 decoded 1.4x as fast as int8; with AVX512-BF16 alone the two were level
     (docs/benchmarks.md, "Decoding speed against transformers and CTranslate2")."""
-    if device.type != "cpu" or precision not in ("int8", "int8-bf16") or not _cpu_has_bf16(unknown=False):
+    if device.type != "cpu" or precision not in ("int8", "int8-bf16") or not _cpu_has("amx_tile", False):
         return None
     return (
-        "this CPU multiplies bf16 matrices natively (AVX512-BF16 or AMX), where --precision bf16 decodes "
-        "faster than int8 and int8-bf16 (docs/benchmarks.md)"
+        "this CPU multiplies bf16 matrices with AMX, where --precision bf16 decodes faster than int8 and "
+        "int8-bf16 (docs/benchmarks.md)"
     )
 
 
