@@ -9,6 +9,8 @@ unpatched copy is run first: it must pass. Exit status 1 if any mistake is caugh
 """
 
 import argparse
+import contextlib
+import multiprocessing
 import os
 import re
 import shutil
@@ -16,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,17 +78,38 @@ def copy_checkout(destination: Path) -> None:
             shutil.copy2(ROOT / name, destination / name)
 
 
+class _Failures:
+    """A pytest plugin that keeps the ids of the tests that failed, and counts the rest."""
+
+    def __init__(self):
+        self.failed, self.passed = [], 0
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed and report.nodeid not in self.failed:
+            self.failed.append(report.nodeid)
+        elif report.passed and report.when == "call":
+            self.passed += 1
+
+
 def failing_tests(copy: Path, tests: list[str]) -> tuple[list[str], str]:
-    """Run pytest in the copy (its package first on the path) -> (failed test ids, the summary line)."""
-    # the copies share the cores; pytest's plugins from other packages (schemathesis, hypothesis, ...) are
-    # not needed by these tests and loading them would take most of each run's time
-    env = dict(os.environ, PYTHONPATH=str(copy), OMP_NUM_THREADS="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf"]
-    command += ["-k", "not validation_set"]  # the one lesson test that trains a model: no attention inside
-    done = subprocess.run(command + tests, cwd=copy, env=env, capture_output=True, text=True, timeout=1200)
-    failed = re.findall(r"^FAILED (\S+)", done.stdout, re.M)
-    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-300:]
-    return failed, summary
+    """Run pytest on ``tests`` in the copy (its package first on the path) -> (failed test ids, a summary
+    line). Meant for a fresh process that has not imported the package (``run_mutations``' workers)."""
+    import pytest
+    import torch
+
+    torch.set_num_threads(1)  # the copies share the cores
+    sys.path.insert(0, str(copy))
+    failures, home = _Failures(), os.getcwd()
+    # pytest's plugins from other packages (schemathesis, hypothesis, ...) are not needed by these tests
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    args = ["-q", "-p", "no:cacheprovider", "-k", "not validation_set", *tests]  # the one test that trains
+    try:
+        os.chdir(copy)
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+            pytest.main(args, plugins=[failures])
+    finally:
+        os.chdir(home)
+    return failures.failed, f"{len(failures.failed)} failed, {failures.passed} passed"
 
 
 def mutate(copy: Path, name: str) -> None:
@@ -113,10 +135,14 @@ def run_in_copy(name: str | None, tests: list[str]) -> tuple[list[str], str, flo
 
 def run_mutations(tests: list[str], only: list[str] | None = None) -> dict[str, list[str]]:
     """Each mistake's failing tests (test ids), after a run with no mistake that must pass; printed. The
-    copies are tested side by side, one per CPU core (at most 4)."""
+    copies are tested side by side, one per CPU core (at most 4), each in a process forked from a server
+    that has imported PyTorch and pytest once (and never the package: each copy imports its own)."""
     names = [None, *(only or MUTATIONS)]
-    with ThreadPoolExecutor(max_workers=min(os.cpu_count() or 1, 4)) as pool:
-        runs = list(pool.map(lambda name: run_in_copy(name, tests), names))
+    context = multiprocessing.get_context("forkserver" if sys.platform == "linux" else "spawn")
+    context.set_forkserver_preload(["torch", "torch._dynamo", "pytest"])
+    workers = min(os.cpu_count() or 1, 4)
+    with context.Pool(workers, maxtasksperchild=1) as pool:  # a fresh process for each copy
+        runs = pool.starmap(run_in_copy, [(name, tests) for name in names], chunksize=1)
     results = {}
     for name, (failed, summary, seconds) in zip(names, runs):
         label = name or "(no mistake)"
