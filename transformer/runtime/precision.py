@@ -107,7 +107,8 @@ def faster_precision(precision: str, device: torch.device) -> str | None:
     int8 products pay a fixed cost per call (quantizing the input) that AMX's bf16 products do not, and on
     the CPU with AMX measured bf16 decoded 1.4x as fast as int8; with AVX512-BF16 alone the two were level
     (docs/benchmarks.md, "Decoding speed against transformers and CTranslate2")."""
-    if device.type != "cpu" or precision not in ("int8", "int8-bf16") or not _cpu_has("amx_tile", False):
+    has_amx = _cpu_has("amx_tile", unknown=False)  # no claim on a guess
+    if device.type != "cpu" or precision not in ("int8", "int8-bf16") or not has_amx:
         return None
     return (
         "this CPU multiplies bf16 matrices with AMX, where --precision bf16 decodes faster than int8 and "
