@@ -239,3 +239,15 @@ def test_trained_checkpoint_beam_of_one_equals_greedy_and_batched_beam_equals_on
     assert beam_search(model, src, 1, 0.6, 50) == greedy_decode(model, src, 50)
     batched = beam_search(model, src[:6], 4, 0.6, 50)
     assert batched == [beam_search(model, row[row != PAD][None], 4, 0.6, 50)[0] for row in src[:6]]
+
+
+def test_greedy_takes_the_first_of_tied_best_tokens():
+    """Tokens 7 and 9 always score the same and above all others (equal output rows, a large bias): greedy
+    search picks 7, the first, at every step, so a tie never depends on how the maximum is found."""
+    bias = torch.zeros(V, dtype=torch.float64)
+    bias[[7, 9]] = 1e3
+    model = random_model(4, bias=bias)
+    with torch.no_grad():
+        model.output_proj.weight[9] = model.output_proj.weight[7]
+    outputs = greedy_decode(model, random_sources(4, batch=5), max_len_offset=3)
+    assert all(out and set(out) == {7} for out in outputs)

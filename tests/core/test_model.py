@@ -86,6 +86,28 @@ def test_incremental_decoding_with_cache_equals_full_forward(norm_first):
     assert cache[0]["cross"]["k"].shape == (3, 4, 7, 8)
 
 
+def test_selecting_cache_rows_continues_those_sentences_as_if_decoded_alone():
+    """After 4 cached steps of 3 sentences, keep sentences 2 and 0 (reordered; the memory's rows too): the
+    next steps equal decoding those two from the start. Without ``memory_rows`` the memory's are kept."""
+    model = small_model(False)
+    src, tgt = random_tokens(3, 7), random_tokens(3, 6)
+    src[2, 4:] = PAD
+    memory, src_mask, _ = model.encode(src)
+    cache = model.new_cache()
+    for t in range(4):
+        model.decode(tgt[:, t : t + 1], memory, src_mask, cache)
+    rows = torch.tensor([2, 0])
+    model.select_cache_rows(cache, rows, memory_rows=rows)
+    assert cache[0]["self"]["k"].shape == (2, 4, 4, 8) and cache[0]["cross"]["k"].shape == (2, 4, 7, 8)
+    steps = [model.decode(tgt[rows, t : t + 1], memory[rows], src_mask[rows], cache)[0] for t in (4, 5)]
+    alone = model(src[rows], tgt[rows])  # (2, 6, V)
+    assert (torch.cat(steps, dim=1) - alone[:, 4:]).abs().max() < 1e-5
+    memory_keys = cache[1]["cross"]["k"]
+    model.select_cache_rows(cache, torch.tensor([1, 1]))  # a beam's two copies of sentence 0, say
+    assert cache[1]["cross"]["k"] is memory_keys and cache[1]["self"]["k"].shape == (2, 4, 6, 8)
+    assert torch.equal(cache[1]["self"]["k"][0], cache[1]["self"]["k"][1])
+
+
 def test_shared_embeddings_are_tied_to_the_output_projection():
     model = small_model(share=True)
     assert model.output_proj.weight is model.decoder.embedding.weight

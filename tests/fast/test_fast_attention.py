@@ -10,24 +10,45 @@ from transformer.fast.twins import twin
 
 
 def test_cached_self_attention_with_reordered_rows_equals_reordering_first():
-    """A fast search that reorders its hypotheses leaves ``rows`` in the cache; the next step takes those
-    rows of the past keys / values and appends its own: the same as the plain module's index_select, then
-    cat (rows repeated, dropped and swapped, and a first step that grows a row per sentence into several)."""
+    """A fast search that reorders its hypotheses leaves ``rows`` in the cache (``select_cache_rows``); the
+    next step takes those rows of the past keys / values and appends its own: the same as the plain
+    module's index_select, then cat (rows repeated, dropped and swapped, two selections before one step as
+    beam search makes when sentences finish, and a first step that grows a row per sentence into several)."""
     torch.manual_seed(0)
     plain = MultiHeadAttention(32, 4).eval().requires_grad_(False)  # as in decoding
     mha = twin(plain, FastMultiHeadAttention)
     x = torch.randn(2, 1, 32)
     deferred, eager = {}, {}
     mha(x, x, x, None, deferred), plain(x, x, x, None, eager)
-    for rows in (torch.tensor([1, 1, 0]), torch.tensor([2, 0, 0, 1]), torch.tensor([3, 1])):
-        deferred["rows"] = rows
-        eager["k"], eager["v"] = eager["k"].index_select(0, rows), eager["v"].index_select(0, rows)
-        y = torch.randn(rows.numel(), 1, 32)
+    selections = [[torch.tensor([1, 1, 0])], [torch.tensor([2, 0, 0, 1]), torch.tensor([3, 1])]]
+    selections.append([torch.tensor([1])])
+    for rows_chosen in selections:
+        for rows in rows_chosen:
+            mha.select_cache_rows(deferred, rows), plain.select_cache_rows(eager, rows)
+        y = torch.randn(rows_chosen[-1].numel(), 1, 32)
         out_deferred, _ = mha(y, y, y, None, deferred)
         out_eager, _ = plain(y, y, y, None, eager)
         assert "rows" not in deferred and deferred["k"].is_contiguous()
         assert torch.equal(out_deferred, out_eager)
         assert torch.equal(deferred["k"], eager["k"]) and torch.equal(deferred["v"], eager["v"])
+
+
+def test_cross_attention_cache_is_stored_contiguously_from_the_second_step_with_the_same_results():
+    """The memory's keys / values are views of one projection on the first step; the fast twin stores them
+    contiguously when it reuses them (so no later step copies them), with the same outputs as the plain
+    module, and selects their rows as the plain module does."""
+    torch.manual_seed(0)
+    plain = MultiHeadAttention(32, 4, self_attention=False).eval().requires_grad_(False)
+    mha = twin(plain, FastMultiHeadAttention)
+    memory, fast_cache, plain_cache = torch.randn(3, 5, 32), {}, {}
+    for step, rows in enumerate((None, None, torch.tensor([2, 0]), None)):
+        if rows is not None:
+            mha.select_cache_rows(fast_cache, rows), plain.select_cache_rows(plain_cache, rows)
+        y = torch.randn(fast_cache["k"].size(0) if fast_cache else 3, 1, 32)
+        out_fast, _ = mha(y, memory, memory, None, fast_cache)
+        out_plain, _ = plain(y, memory, memory, None, plain_cache)
+        assert torch.equal(out_fast, out_plain) and torch.equal(fast_cache["k"], plain_cache["k"])
+        assert fast_cache["k"].is_contiguous() == (step > 0) and fast_cache["v"].is_contiguous() == (step > 0)
 
 
 def test_append_step_takes_the_rows_then_the_new_step():

@@ -84,8 +84,13 @@ class MultiHeadAttention(nn.Module):
 
     Incremental decoding: pass a dict as ``cache``. A self-attention module (``self_attention=True``)
     appends this step's keys/values to ``cache["k"]``, ``cache["v"]``; a cross-attention module computes
-    the memory's keys/values on the first call and reuses them afterwards.
+    the memory's keys/values on the first call and reuses them afterwards. The module owns its cache's
+    layout: a search that reorders its hypotheses or drops finished sentences calls ``select_cache_rows``.
     """
+
+    # whether beam search's K beams of a sentence may attend to one copy of its memory (this module: no,
+    # the memory and its keys / values are repeated K times)
+    beams_share_memory = False
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, self_attention: bool = True):
         super().__init__()
@@ -110,6 +115,14 @@ class MultiHeadAttention(nn.Module):
         """The past tokens' keys / values (B, H, T, Dh) in ``cache``, then this step's (B, H, 1, Dh)."""
         return torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)  # (B, H, T + 1, Dh) each
 
+    def select_cache_rows(self, cache: dict, rows: torch.Tensor) -> None:
+        """Keep (and reorder) the batch rows ``rows`` (B',) of this module's ``cache``, in place."""
+        cache["k"], cache["v"] = cache["k"].index_select(0, rows), cache["v"].index_select(0, rows)
+
+    def cached_memory(self, cache: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """A cross-attention module's memory keys / values (B, H, S, Dh), computed on the first step."""
+        return cache["k"], cache["v"]
+
     def attend(self, q, k, v, mask) -> tuple[torch.Tensor, torch.Tensor]:
         """Eq. 1 on every head at once, with dropout on the weights in training."""
         return scaled_dot_product_attention(q, k, v, mask, self.dropout if self.training else 0.0)
@@ -133,7 +146,7 @@ class MultiHeadAttention(nn.Module):
         else:
             q = split_heads(self.input_projection(query, slice(0, D)), H)  # (B, H, Tq, Dh)
             if cache is not None and not self.self_attention and "k" in cache:
-                k, v = cache["k"], cache["v"]  # the memory's keys/values, computed on the first step
+                k, v = self.cached_memory(cache)  # 2 × (B, H, S, Dh)
             elif key is value:
                 k, v = self.input_projection(key, slice(D, 3 * D)).chunk(2, dim=-1)  # 2 × (B, Tk, D)
                 k, v = split_heads(k, H), split_heads(v, H)  # 2 × (B, H, Tk, Dh)

@@ -17,8 +17,10 @@ even when it shares an id with them. Outputs exclude the start token and EOS.
 Two seams let other code extend a search without copying it:
 - ``Steering``: a search asks it for the length limits and lets it rule tokens out of the next-token scores;
   it is told how the search drops and reorders its rows (forced prefixes are one);
-- ``Kernels``: the search's inner operations (the best token, each row's best extensions, keeping rows of
-  the cache), in plain PyTorch here; faster ones that compute the same can replace them.
+- ``Kernels``: beam search's inner operation, each row's best extensions (the output layer, log-softmax
+  and top-k), in plain PyTorch here; a faster one that computes the same can replace it.
+The cache's layout belongs to the attention modules (``Transformer.select_cache_rows``), so a faster
+attention module that keeps its cache otherwise comes with the model, not with the search.
 """
 
 from collections.abc import Callable
@@ -47,16 +49,8 @@ class Steering:
 
 
 class Kernels:
-    """The searches' inner operations in plain PyTorch; faster ones that give the same results can replace
-    them (the module docstring)."""
-
-    def shares_memory(self, model: Transformer) -> bool:
-        """Whether a sentence's K beams can attend to one copy of its memory (else it is repeated K times)."""
-        return False
-
-    def best_token(self, scores: torch.Tensor) -> torch.Tensor:
-        """scores (N, V) -> (N,) long: the index of each row's largest score (the first of equal ones)."""
-        return scores.argmax(dim=-1)
+    """Beam search's inner operation in plain PyTorch; a faster one that gives the same results can replace
+    it (the module docstring)."""
 
     def row_best(self, features, model: Transformer, k: int, dtype: torch.dtype, restrict=None):
         """Each row's k best next tokens by log p: (log p in ``dtype``, token), each (N, k), from the
@@ -65,16 +59,6 @@ class Kernels:
         if restrict is not None:
             log_probs = restrict(log_probs, slice(None))
         return log_probs.topk(k, dim=-1)  # (N, k) each
-
-    def select_rows(self, cache: Cache, rows: torch.Tensor, parts=("self", "cross")) -> None:
-        """Keep (and reorder) the batch rows ``rows`` of the cached key / value tensors, in place."""
-        for layer in cache:
-            for name in parts:
-                layer[name]["k"] = layer[name]["k"].index_select(0, rows)
-                layer[name]["v"] = layer[name]["v"].index_select(0, rows)
-
-    def first_step_done(self, cache: Cache) -> None:
-        """Told after the first step, when the memory's keys / values are in the cache."""
 
 
 PLAIN = Kernels()
@@ -101,7 +85,6 @@ def greedy_decode(
     use_cache: bool = True,
     steering: Steering | None = None,
     choose: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    kernels: Kernels = PLAIN,
 ) -> list[list[int]]:
     """src (B, S) -> B token-id lists: the most probable token at every step.
 
@@ -121,12 +104,11 @@ def greedy_decode(
     for step in range(L):
         inputs = tokens[:, step : step + 1] if use_cache else tokens[:, : step + 1]  # (B_active, 1 | 1+t)
         features, _, _ = model.decode(inputs, memory, src_mask, cache, project=False)  # (B_active, ·, D)
-        if step == 0 and cache is not None:
-            kernels.first_step_done(cache)
         logits = next_token_logits(model, features)  # (B_active, V)
         if steering is not None:  # (no per-step work for a search without one)
             logits = steering.restrict(logits, step, torch.arange(logits.size(0), device=device))
-        next_tokens = kernels.best_token(logits) if choose is None else choose(logits)  # (B_active,)
+        # the first of equal ones, as argmax; max finds the same index faster on the CPU
+        next_tokens = logits.max(dim=-1).indices if choose is None else choose(logits)  # (B_active,)
         tokens[:, step + 1] = next_tokens
         done = (next_tokens == eos_id) | (step + 1 >= limits)  # (B_active,)
         done_rows = done.nonzero().flatten()  # (B_done,)
@@ -141,7 +123,7 @@ def greedy_decode(
         memory, src_mask = memory[keep], src_mask[keep]
         steer.keep(keep)
         if cache is not None:
-            kernels.select_rows(cache, keep)
+            model.select_cache_rows(cache, keep, memory_rows=keep)
     return outputs
 
 
@@ -168,7 +150,7 @@ class _Beams:
     src_mask: torch.Tensor  # (n·K | n, 1, 1, S)
     shared: bool  # the memory (and its cached keys / values) has one row per sentence
 
-    def keep(self, sentences: torch.Tensor, cache: Cache, kernels: Kernels, steer: Steering) -> None:
+    def keep(self, sentences: torch.Tensor, cache: Cache, model: Transformer, steer: Steering) -> None:
         """Keep only these sentences (indices into the n), here, in the cache and in the steering."""
         K = self.scores.numel() // self.active.numel()
         rows = (sentences[:, None] * K + torch.arange(K, device=sentences.device)).view(-1)  # (n'·K,)
@@ -178,8 +160,7 @@ class _Beams:
         )
         self.memory, self.src_mask = self.memory[memory_rows], self.src_mask[memory_rows]
         self.scores, self.tokens = self.scores[rows], self.tokens[rows]
-        kernels.select_rows(cache, rows, parts=("self",))  # a row per beam
-        kernels.select_rows(cache, memory_rows, parts=("cross",))
+        model.select_cache_rows(cache, rows, memory_rows)  # a row per beam; per sentence if shared
         steer.keep(rows)
 
 
@@ -309,7 +290,8 @@ def beam_search(
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     K, eos_id, steer = beam_size, model.eos_id, steering or Steering()
-    beams = _start_beams(model, src, K, max_len_offset, steer, kernels.shares_memory(model))
+    shared = all(layer.cross_attn.beams_share_memory for layer in model.decoder.layers)
+    beams = _start_beams(model, src, K, max_len_offset, steer, shared)
     outputs: list[list[int]] = [[] for _ in range(src.size(0))]
     cache = model.new_cache()
     for step in range(beams.tokens.size(1) - 1):
@@ -317,8 +299,6 @@ def beam_search(
         first = step == 0 and beams.shared
         inputs = beams.tokens[:: K if first else 1, step : step + 1]  # (n·K | n, 1)
         features, _, _ = model.decode(inputs, beams.memory, beams.src_mask, cache, project=False)  # (·, 1, D)
-        if step == 0:
-            kernels.first_step_done(cache)
         top_scores, origin, next_tokens = _best_extensions(
             beams, features, model, step, first, kernels, steering
         )
@@ -330,10 +310,10 @@ def beam_search(
         rows = origin.gather(1, live).view(-1)  # (n·K,)
         beams.scores, beams.tokens = live_scores.view(-1), beams.tokens[rows]
         beams.tokens[:, step + 1] = next_tokens.gather(1, live).view(-1)
-        kernels.select_rows(cache, rows // K if first else rows, parts=("self",))
+        model.select_cache_rows(cache, rows // K if first else rows)
         steer.keep(rows)
         if bool(done.all()):
             break
         if bool(done.any()):  # drop the finished sentences from every tensor
-            beams.keep((~done).nonzero().flatten(), cache, kernels, steer)
+            beams.keep((~done).nonzero().flatten(), cache, model, steer)
     return outputs

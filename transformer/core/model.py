@@ -20,8 +20,8 @@ from transformer.core.embeddings import PositionalEncoding, TokenEmbedding
 from transformer.core.layers import DecoderLayer, EncoderLayer
 from transformer.core.masks import decoder_self_mask, padding_mask
 
-# One decoding cache per decoder layer: {"self": {"k", "v"[, "rows"]}, "cross": {"k", "v"}}; "rows": the
-# past rows the next step continues (decoding._select_rows), taken when it appends its keys/values.
+# One decoding cache per decoder layer: {"self": {"k", "v"}, "cross": {"k", "v"}}, each part laid out by
+# its attention module (``MultiHeadAttention``).
 Cache = list[dict[str, dict[str, torch.Tensor]]]
 
 
@@ -186,6 +186,15 @@ class Transformer(nn.Module):
     def new_cache(self) -> Cache:
         """An empty incremental-decoding cache, one entry per decoder layer."""
         return [{"self": {}, "cross": {}} for _ in self.decoder.layers]
+
+    def select_cache_rows(self, cache: Cache, rows: torch.Tensor, memory_rows: torch.Tensor | None = None):
+        """Keep (and reorder), in place, the batch rows ``rows`` of the past tokens' keys / values and
+        ``memory_rows`` of the memory's (None: the memory's as they are): a search that reorders its
+        hypotheses or drops finished sentences."""
+        for layer, layer_cache in zip(self.decoder.layers, cache):
+            layer.self_attn.select_cache_rows(layer_cache["self"], rows)
+            if memory_rows is not None:
+                layer.cross_attn.select_cache_rows(layer_cache["cross"], memory_rows)
 
 
 def build_model(config: ModelConfig, tokenizer) -> Transformer:

@@ -1,11 +1,14 @@
-"""Multi-head attention for the fast tier: ``MultiHeadAttention`` with three of its steps done faster, the
+"""Multi-head attention for the fast tier: ``MultiHeadAttention`` with four of its steps done faster, the
 same numbers (tests/fast/test_fast_attention.py):
 
 - ``attend``: dropout on the weights with the CPU's cheaper random mask (``dropout.py``);
 - beam search's cross-attention: the K beams of each of n sentences attend to that sentence's one memory
   (``beams_attention``), without repeating its keys and values K times;
-- ``extend_cache``: the self-attention cache one step longer in one copy, taking the rows a search left in
-  ``cache["rows"]`` (``append_step``) where ``index_select`` + ``cat`` make two.
+- ``select_cache_rows`` + ``extend_cache``: a search's choice of rows is kept in ``cache["rows"]`` and taken
+  when the next step appends its keys / values, the self-attention cache one step longer in one copy
+  (``append_step``) where ``index_select`` + ``cat`` make two;
+- ``cached_memory``: the memory's keys / values, views of one fused projection on the first step, are
+  stored contiguously from the second on, so that no later step copies them.
 """
 
 import torch
@@ -50,10 +53,23 @@ def append_step(past: torch.Tensor, new: torch.Tensor, rows: torch.Tensor | None
 class FastMultiHeadAttention(MultiHeadAttention):
     """``MultiHeadAttention`` (the same parameters), with the steps of the module docstring."""
 
+    beams_share_memory = True
+
+    def select_cache_rows(self, cache: dict, rows: torch.Tensor) -> None:
+        if not self.self_attention:
+            return super().select_cache_rows(cache, rows)
+        # taken by the next step's append, composed with any rows selected since the last one
+        cache["rows"] = rows if "rows" not in cache else cache["rows"][rows]
+
+    def cached_memory(self, cache: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        if not cache["k"].is_contiguous():
+            cache["k"], cache["v"] = cache["k"].contiguous(), cache["v"].contiguous()
+        return cache["k"], cache["v"]  # 2 × (B, H, S, Dh)
+
     def extend_cache(
         self, cache: dict, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = cache.pop("rows", None)  # left by a search that reordered or dropped rows (search.py)
+        rows = cache.pop("rows", None)  # left by select_cache_rows
         return append_step(cache["k"], k, rows), append_step(cache["v"], v, rows)  # (B, H, T + 1, Dh) each
 
     def attend(self, q, k, v, mask) -> tuple[torch.Tensor, torch.Tensor]:

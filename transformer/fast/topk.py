@@ -1,5 +1,4 @@
-"""Each row's k largest scores over a large vocabulary, for beam search: ``torch.topk`` in two cheap passes;
-and each row's largest, for greedy search.
+"""Each row's k largest scores over a large vocabulary, for beam search: ``torch.topk`` in two cheap passes.
 
 ``torch.topk`` on the CPU copies every row into (value, index) pairs and partially sorts them, the second
 largest cost of a beam-search step after the matmuls (docs/benchmarks.md, "Speed choices in the code"). Here:
@@ -36,10 +35,3 @@ def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     block_of = top_blocks.gather(1, (picked // BLOCK).clamp(max=k - 1))  # (N, k)
     indices = torch.where(in_blocks, block_of * BLOCK + picked % BLOCK, picked - k * BLOCK + n_blocks * BLOCK)
     return values, indices  # (N, k) each
-
-
-def best_index(scores: torch.Tensor) -> torch.Tensor:
-    """scores (N, V) -> (N,) long: the index of each row's largest score, the first of equal ones, as
-    ``argmax``. ``max(dim)`` finds the same index and on the CPU runs faster than ``argmax``
-    (docs/benchmarks.md, "Speed choices in the code")."""
-    return scores.max(dim=-1).indices  # (N,)

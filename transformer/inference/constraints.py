@@ -32,8 +32,6 @@ from dataclasses import dataclass
 import torch
 
 from transformer.core.decoding import (
-    PLAIN,
-    Kernels,
     Steering,
     _Beams,
     _start_beams,
@@ -266,7 +264,6 @@ def constrained_beam_search(
     max_len_offset: int,
     constraints: list[list[list[int]]],
     steering: Steering | None = None,
-    kernels: Kernels = PLAIN,
     finished: list[list[tuple[float, list[int], float, bool]]] | None = None,
 ) -> tuple[list[list[int]], list[bool]]:
     """src (B, S) -> (B token-id lists, B flags): the best hypothesis that contains every phrase of its
@@ -287,21 +284,19 @@ def constrained_beam_search(
     for step in range(beams.tokens.size(1) - 1):
         features, _, _ = model.decode(beams.tokens[:, step : step + 1], beams.memory, beams.src_mask, cache,
                                       project=False)  # fmt: skip
-        if step == 0:
-            kernels.first_step_done(cache)
         log_probs = torch.log_softmax(next_token_logits(model, features).to(dtype), dim=-1)  # (n·K, V)
         log_probs = steer.restrict(log_probs, step, torch.arange(log_probs.size(0), device=device))
-        done = _step(beams, found, wanted, steer, cache, kernels, log_probs, step, eos_id, length_penalty)
+        done = _step(beams, found, wanted, steer, cache, model, log_probs, step, eos_id, length_penalty)
         if bool(done.all()):
             break
         if bool(done.any()):  # drop the finished sentences from every tensor
             kept = (~done).nonzero().flatten()
-            beams.keep(kept, cache, kernels, steer)
+            beams.keep(kept, cache, model, steer)
             found.keep(kept)
     return found.outputs, found.met
 
 
-def _step(beams, found, wanted: Constraints, steer, cache, kernels, log_probs, step, eos_id, alpha):
+def _step(beams, found, wanted: Constraints, steer, cache, model, log_probs, step, eos_id, alpha):
     """One step of the search for every sentence still decoding: finish, allocate, extend. -> done (n,)."""
     n, K = beams.active.numel(), beams.scores.numel() // beams.active.numel()
     scores, origin, tokens = _candidates(beams, log_probs, wanted, K)  # (n, M) each
@@ -323,7 +318,7 @@ def _step(beams, found, wanted: Constraints, steer, cache, kernels, log_probs, s
     beams.scores = scores.masked_fill(ends, float("-inf")).gather(1, live).view(-1)
     beams.tokens = beams.tokens[rows]
     beams.tokens[:, step + 1] = tokens.gather(1, live).view(-1).clamp(min=0)  # a dead beam's: any id
-    kernels.select_rows(cache, rows)
+    model.select_cache_rows(cache, rows, memory_rows=rows)
     steer.keep(rows)
     wanted.met, wanted.partial, wanted.depth = met[chosen], partial[chosen], depth[chosen]
     return (beams.n_finished >= K) | at_limit
@@ -332,14 +327,13 @@ def _step(beams, found, wanted: Constraints, steer, cache, kernels, log_probs, s
 def constrained_nbest(
     model: Transformer, src: torch.Tensor, beam_size: int, length_penalty: float, max_len_offset: int,
     constraints: list[list[list[int]]], nbest: int, steering: Steering | None = None,
-    kernels: Kernels = PLAIN,
 ) -> list[list[tuple[list[int], float, bool]]]:  # fmt: skip
     """src (B, S) -> per sentence, its ``nbest`` best finished hypotheses as (ids, log P(Y|X), met), those
     that hold every phrase first, each group by log P / lp; the first is ``constrained_beam_search``'s."""
     if not 1 <= nbest <= beam_size:
         raise ValueError(f"nbest must be in [1, beam_size={beam_size}], got {nbest}")
     finished: list[list[tuple[float, list[int], float, bool]]] = [[] for _ in range(src.size(0))]
-    search = (model, src, beam_size, length_penalty, max_len_offset, constraints, steering, kernels)
+    search = (model, src, beam_size, length_penalty, max_len_offset, constraints, steering)
     constrained_beam_search(*search, finished)
     ranked = [sorted(hyps, key=lambda h: (not h[3], -h[0]))[:nbest] for hyps in finished]  # stable
     return [[(ids, log_p, met) for _, ids, log_p, met in hyps] for hyps in ranked]

@@ -397,7 +397,7 @@ class Translator:
             steering = Prefix.of(prefixes, rows, self.device, model.config.max_positions)
             if s.beam_size > 1:
                 return beam_search(model, src, s.beam_size, s.length_penalty, offset, None, steering, kernels)
-            return greedy_decode(model, src, offset, use_cache, steering, choose, kernels)
+            return greedy_decode(model, src, offset, use_cache, steering, choose)
 
         return self._in_batches(src_ids, s, decode, progress)
 
@@ -425,13 +425,13 @@ class Translator:
     ) -> list[list[tuple[list[int], float, bool]]]:  # fmt: skip
         """The constrained beam search (``settings.beam_size``): per source, its ``nbest`` best hypotheses
         as (ids, log-prob, whether it holds every phrase of its ``constraints``), best first."""
-        s, model, kernels = settings, self.model, self.kernels
+        s, model = settings, self.model
 
         def decode(src: torch.Tensor, rows: list[int]) -> list[list[tuple[list[int], float, bool]]]:
             prefix = Prefix.of(prefixes, rows, self.device, model.config.max_positions)
             phrases = [constraints[i] for i in rows]
             return constrained_nbest(
-                model, src, s.beam_size, s.length_penalty, s.max_len_offset, phrases, nbest, prefix, kernels
+                model, src, s.beam_size, s.length_penalty, s.max_len_offset, phrases, nbest, prefix
             )
 
         return self._in_batches(src_ids, s, decode)

@@ -78,7 +78,7 @@ def search(
     def decode(src: torch.Tensor, rows: list[int]) -> list[list[int]]:
         if beam > 1:
             return beam_search(model, src, beam, penalty, offset, kernels=kernels)
-        return greedy_decode(model, src, offset, kernels=kernels)
+        return greedy_decode(model, src, offset)
 
     model.eval()
     device = next(model.parameters()).device
