@@ -10,7 +10,7 @@ gradients). The core never imports this tier; a run or a ``Translator`` chooses 
     output_loss.py  the training loss from the decoder's features, a block of rows at a time
     topk.py         each row's k largest scores in two cheap passes
     prepacked.py    beam search's linear layers on weights laid out once for the CPU
-    search.py       the searches' kernels (core/decoding.py's ``Kernels``), all of the above for decoding
+    search.py       beam search's scoring: blocks of rows, the log-softmax in place, the two-pass top-k
 
 What each buys: docs/benchmarks.md, "Speed choices in the code".
 """
