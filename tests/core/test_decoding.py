@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers import BOS, DATA_DIR, EOS, PAD, UNK, V, pad_sources, random_model, random_sources
 
-from transformer.core.decoding import beam_search, greedy_decode, length_normaliser, max_lengths
+from transformer.core.decoding import beam_search, best_token, greedy_decode, length_normaliser, max_lengths
 from transformer.inference.nbest import beam_search_nbest
 from transformer.runtime.checkpoints import load_for_inference
 from transformer.training.corpus import read_lines
@@ -251,3 +251,19 @@ def test_greedy_takes_the_first_of_tied_best_tokens():
         model.output_proj.weight[9] = model.output_proj.weight[7]
     outputs = greedy_decode(model, random_sources(4, batch=5), max_len_offset=3)
     assert all(out and set(out) == {7} for out in outputs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_best_token_is_argmax_and_takes_the_first_of_tied_maxima(dtype):
+    """``best_token`` (``max(dim).indices``, faster than ``argmax``) over a real vocabulary: the same token,
+    and among equal best scores the first, as ``argmax``; a row with nothing allowed gives index 0."""
+    torch.manual_seed(0)
+    scores = torch.randn(64, 8000).to(dtype)  # (N, V)
+    first, second = torch.randint(0, 4000, (64,)), torch.randint(4000, 8000, (64,))  # (N,) each
+    rows = torch.arange(64)
+    scores[rows[:32], first[:32]] = 9.0  # rows 0-31: the best score twice, at first and second
+    scores[rows[:32], second[:32]] = 9.0
+    scores[40] = float("-inf")
+    picked = best_token(scores)  # (N,)
+    assert torch.equal(picked, scores.argmax(dim=-1))
+    assert torch.equal(picked[:32], first[:32]) and picked[40] == 0

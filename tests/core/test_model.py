@@ -103,7 +103,7 @@ def test_selecting_cache_rows_continues_those_sentences_as_if_decoded_alone():
     alone = model(src[rows], tgt[rows])  # (2, 6, V)
     assert (torch.cat(steps, dim=1) - alone[:, 4:]).abs().max() < 1e-5
     memory_keys = cache[1]["cross"]["k"]
-    model.select_cache_rows(cache, torch.tensor([1, 1]))  # a beam's two copies of sentence 0, say
+    model.select_cache_rows(cache, torch.tensor([1, 1]))  # the mechanics: row 1 twice, the memory's kept
     assert cache[1]["cross"]["k"] is memory_keys and cache[1]["self"]["k"].shape == (2, 4, 6, 8)
     assert torch.equal(cache[1]["self"]["k"][0], cache[1]["self"]["k"][1])
 

@@ -22,10 +22,10 @@ def test_cached_self_attention_with_reordered_rows_equals_reordering_first():
     mha(x, x, x, None, deferred), plain(x, x, x, None, eager)
     selections = [[torch.tensor([1, 1, 0])], [torch.tensor([2, 0, 0, 1]), torch.tensor([3, 1])]]
     selections.append([torch.tensor([1])])
-    for rows_chosen in selections:
-        for rows in rows_chosen:
+    for selections_before_step in selections:
+        for rows in selections_before_step:
             mha.select_cache_rows(deferred, rows), plain.select_cache_rows(eager, rows)
-        y = torch.randn(rows_chosen[-1].numel(), 1, 32)
+        y = torch.randn(selections_before_step[-1].numel(), 1, 32)
         out_deferred, _ = mha(y, y, y, None, deferred)
         out_eager, _ = plain(y, y, y, None, eager)
         assert "rows" not in deferred and deferred["k"].is_contiguous()

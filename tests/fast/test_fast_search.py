@@ -25,7 +25,8 @@ def prefixes(batch: int) -> torch.Tensor:
 
 
 def searches(model, src, K, kernels):
-    """(n-best lists, prefixed outputs, greedy outputs, prefixed greedy outputs) with ``kernels``."""
+    """(n-best lists, prefixed outputs, greedy outputs, prefixed greedy outputs); beam search with
+    ``kernels``."""
     pos = model.config.max_positions
     return (
         beam_search_nbest(model, src, K, 0.6, 8, K, kernels=kernels),

@@ -117,11 +117,12 @@ class MultiHeadAttention(nn.Module):
 
     def select_cache_rows(self, cache: dict, rows: torch.Tensor) -> None:
         """Keep (and reorder) the batch rows ``rows`` (B',) of this module's ``cache``, in place."""
-        cache["k"], cache["v"] = cache["k"].index_select(0, rows), cache["v"].index_select(0, rows)
+        cache["k"] = cache["k"].index_select(0, rows)  # (B', H, T, Dh)
+        cache["v"] = cache["v"].index_select(0, rows)  # (B', H, T, Dh)
 
     def cached_memory(self, cache: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """A cross-attention module's memory keys / values (B, H, S, Dh), computed on the first step."""
-        return cache["k"], cache["v"]
+        return cache["k"], cache["v"]  # 2 × (B, H, S, Dh)
 
     def attend(self, q, k, v, mask) -> tuple[torch.Tensor, torch.Tensor]:
         """Eq. 1 on every head at once, with dropout on the weights in training."""

@@ -64,6 +64,13 @@ class Kernels:
 PLAIN = Kernels()
 
 
+def best_token(scores: torch.Tensor) -> torch.Tensor:
+    """scores (N, V) -> (N,) long: the index of each row's largest score, the first of equal ones (so a
+    tie never changes a translation), as ``argmax``; ``max`` finds the same index faster on the CPU
+    (docs/benchmarks.md, "Speed choices in the code")."""
+    return scores.max(dim=-1).indices  # (N,)
+
+
 def next_token_logits(model: Transformer, features: torch.Tensor) -> torch.Tensor:
     """The last position's features (N, T, D) -> its logits (N, V), PAD and the start token ruled out."""
     logits = model.output_proj(features[:, -1])  # (N, V)
@@ -107,8 +114,7 @@ def greedy_decode(
         logits = next_token_logits(model, features)  # (B_active, V)
         if steering is not None:  # (no per-step work for a search without one)
             logits = steering.restrict(logits, step, torch.arange(logits.size(0), device=device))
-        # the first of equal ones, as argmax; max finds the same index faster on the CPU
-        next_tokens = logits.max(dim=-1).indices if choose is None else choose(logits)  # (B_active,)
+        next_tokens = best_token(logits) if choose is None else choose(logits)  # (B_active,)
         tokens[:, step + 1] = next_tokens
         done = (next_tokens == eos_id) | (step + 1 >= limits)  # (B_active,)
         done_rows = done.nonzero().flatten()  # (B_done,)

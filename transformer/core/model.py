@@ -187,10 +187,13 @@ class Transformer(nn.Module):
         """An empty incremental-decoding cache, one entry per decoder layer."""
         return [{"self": {}, "cross": {}} for _ in self.decoder.layers]
 
-    def select_cache_rows(self, cache: Cache, rows: torch.Tensor, memory_rows: torch.Tensor | None = None):
-        """Keep (and reorder), in place, the batch rows ``rows`` of the past tokens' keys / values and
-        ``memory_rows`` of the memory's (None: the memory's as they are): a search that reorders its
-        hypotheses or drops finished sentences."""
+    def select_cache_rows(
+        self, cache: Cache, rows: torch.Tensor, memory_rows: torch.Tensor | None = None
+    ) -> None:
+        """Keep (and reorder), in place, the batch rows ``rows`` (B',) of the past tokens' keys / values and
+        ``memory_rows`` of the memory's: a search that reorders its hypotheses or drops finished sentences.
+        ``memory_rows`` None keeps the memory's as they are, right when each row stays with its sentence
+        (beam search reordering a sentence's beams) or the sentences share one memory row."""
         for layer, layer_cache in zip(self.decoder.layers, cache):
             layer.self_attn.select_cache_rows(layer_cache["self"], rows)
             if memory_rows is not None:

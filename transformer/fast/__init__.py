@@ -1,4 +1,4 @@
-"""The speed beside the paper: faster twins of the core's modules and of its searches' inner operations,
+"""The speed beside the paper: faster twins of the core's modules and of beam search's scoring,
 each computing what its plain twin computes (tests/fast/test_fast_*.py compare them, values and
 gradients). The core never imports this tier; a run or a ``Translator`` chooses it by name
 (``train.fast``, ``fast=``):

@@ -59,11 +59,11 @@ class FastMultiHeadAttention(MultiHeadAttention):
         if not self.self_attention:
             return super().select_cache_rows(cache, rows)
         # taken by the next step's append, composed with any rows selected since the last one
-        cache["rows"] = rows if "rows" not in cache else cache["rows"][rows]
+        cache["rows"] = rows if "rows" not in cache else cache["rows"][rows]  # (B',) each new row's past row
 
     def cached_memory(self, cache: dict) -> tuple[torch.Tensor, torch.Tensor]:
         if not cache["k"].is_contiguous():
-            cache["k"], cache["v"] = cache["k"].contiguous(), cache["v"].contiguous()
+            cache["k"], cache["v"] = cache["k"].contiguous(), cache["v"].contiguous()  # (B, H, S, Dh) each
         return cache["k"], cache["v"]  # 2 × (B, H, S, Dh)
 
     def extend_cache(

@@ -35,6 +35,7 @@ from transformer.core.decoding import (
     Steering,
     _Beams,
     _start_beams,
+    best_token,
     length_normaliser,
     next_token_logits,
 )
@@ -175,7 +176,7 @@ def _candidates(beams: _Beams, log_probs: torch.Tensor, constraints: Constraints
     origin = torch.cat(
         [best // V + (rows[::K])[:, None], rows[:, None].expand_as(wanted).reshape(n, -1), rows.view(n, K)], 1
     )  # (n, M)
-    tokens = torch.cat([best % V, wanted.reshape(n, -1), log_probs.argmax(dim=-1).view(n, K)], 1)  # (n, M)
+    tokens = torch.cat([best % V, wanted.reshape(n, -1), best_token(log_probs).view(n, K)], 1)  # (n, M)
     scores = total[origin, tokens.clamp(min=0)].masked_fill(tokens < 0, float("-inf"))  # (n, M)
     keys, order = (origin * V + tokens.clamp(min=0)).sort(dim=1, stable=True)  # (n, M)
     repeated = torch.zeros_like(keys, dtype=torch.bool)
@@ -318,7 +319,7 @@ def _step(beams, found, wanted: Constraints, steer, cache, model, log_probs, ste
     beams.scores = scores.masked_fill(ends, float("-inf")).gather(1, live).view(-1)
     beams.tokens = beams.tokens[rows]
     beams.tokens[:, step + 1] = tokens.gather(1, live).view(-1).clamp(min=0)  # a dead beam's: any id
-    model.select_cache_rows(cache, rows, memory_rows=rows)
+    model.select_cache_rows(cache, rows)  # each row stays with its sentence: the memory's rows as they are
     steer.keep(rows)
     wanted.met, wanted.partial, wanted.depth = met[chosen], partial[chosen], depth[chosen]
     return (beams.n_finished >= K) | at_limit

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from transformer.core.decoding import best_token
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -59,7 +61,7 @@ def sample_tokens(
     """One token per row of logits (N, V) -> (N,) long, drawn as the module docstring says; ``unk_id``:
     the token drawn only with ``sampling.allow_unk``."""
     if sampling.temperature == 0.0:
-        return logits.max(dim=-1).indices  # (N,) greedy search's pick
+        return best_token(logits)  # (N,) greedy search's pick
     tempered = logits.float() / sampling.temperature  # (N, V)
     if unk_id is not None and not sampling.allow_unk:
         ruled_out = tempered[:, unk_id].clone()  # (N,)

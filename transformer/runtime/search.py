@@ -2,8 +2,8 @@
 
 Validation, the final test and the ``Translator`` all decode through ``decode_in_batches``; ``search`` is
 its plain use (greedy search for beam 1, else beam search), the one validation and the final test run.
-Both take the searches' ``kernels`` (``core.decoding.PLAIN``, or ``fast.search.FAST``: chosen with the model
-by ``kernels_for``).
+``search`` passes beam search's ``kernels`` (``core.decoding.PLAIN``, or ``fast.search.FAST``: chosen with the
+model by ``kernels_for``).
 """
 
 from collections.abc import Callable
@@ -20,7 +20,7 @@ from transformer.fast.twins import speed_up
 
 
 def kernels_for(model: Transformer, fast: bool) -> tuple[Transformer, Kernels]:
-    """(``model``, sped up in place when ``fast``; the searches' kernels that go with it)."""
+    """(``model``, sped up in place when ``fast``; beam search's kernels that go with it)."""
     return (speed_up(model), FAST) if fast else (model, PLAIN)
 
 

@@ -13,15 +13,14 @@ from pathlib import Path
 import torch
 
 from transformer.core.checkpoint import load_checkpoint, save_checkpoint
-from transformer.core.decoding import PLAIN, Kernels
 from transformer.core.optim import make_optimizer
 from transformer.core.tokenizer import Tokenizer
+from transformer.fast.twins import speed_up
 from transformer.interop.formats import build_model
 from transformer.runtime.configs import Config
 from transformer.runtime.corpora import parts_of, prefix_ids, user_symbols
 from transformer.runtime.lines import DataError
 from transformer.runtime.precision import slow_precision
-from transformer.runtime.search import kernels_for
 from transformer.training import reporting
 from transformer.training.cache import train_store
 from transformer.training.datasets import load_parts
@@ -83,7 +82,6 @@ class Run:
     started: float = 0.0  # time.perf_counter() at which training (as resumed) began
     clock_used: float = 0.0  # the fraction of train.max_minutes spent, as the ranks last agreed (cooldown)
     never_produced: list[int] = field(default_factory=list)  # model.never_produced: no smoothing mass
-    kernels: Kernels = PLAIN  # the searches' inner operations: the fast tier's with train.fast
     nonfinite: torch.Tensor | None = None  # a non-finite loss or gradient since the last check (device)
 
 
@@ -108,7 +106,7 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
                   for one in loaded]  # fmt: skip
         splits = encode_corpus(loaded, stores, prefixes, tokenizer, config)
         model = build_model(config, tokenizer).to(runtime.device)  # the same weights on every rank
-        model, kernels = kernels_for(model, config.train.fast)  # the fast tier's twins, or the plain model
+        model = speed_up(model) if config.train.fast else model  # the fast tier's twins, or the plain model
         if runtime.rank:  # but each rank its own dropout masks
             torch.manual_seed(config.train.seed + 1_000_003 * runtime.rank)
         run = Run(
@@ -133,7 +131,7 @@ def setup(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Run:
     run.started = time.perf_counter() - run.state.train_seconds
     if config.train.max_minutes > 0:  # the same on every rank, until their first vote on the clock
         run.clock_used = run.state.train_seconds / (60.0 * config.train.max_minutes)
-    run.never_produced, run.kernels = model.never_produced, kernels
+    run.never_produced = model.never_produced
     run.model = distributed(model, runtime)
     if runtime.is_main:
         run.writer = reporting.open_writer(run_dir, config)
