@@ -21,6 +21,7 @@ from transformer.core.config import ModelConfig, TrainConfig
 from transformer.core.loss import token_loss
 from transformer.core.model import Transformer
 from transformer.runtime.checkpoints import load_for_inference
+from transformer.training import averaging
 from transformer.training.averaging import average_checkpoints, average_last, step_checkpoints
 from transformer.training.averaging import main as average_main
 from transformer.training.ranks import Runtime
@@ -205,14 +206,22 @@ def test_averaging_with_a_moving_average_averages_the_raw_weights_unless_told(tm
     assert "has no moving average" in capsys.readouterr().err
 
 
-def test_checkpoints_that_kept_only_the_moving_average_are_averaged_as_such_with_a_warning(tmp_path, capsys):
+def test_checkpoints_that_kept_only_the_moving_average_are_averaged_as_such_with_a_warning(
+    tmp_path, capsys, monkeypatch
+):
     """Step checkpoints written before the raw weights were kept beside the moving average: averaging the
-    raw weights cannot be done, so the final test averages the moving averages and says so."""
+    raw weights cannot be done, so the final test averages the moving averages and says so, loading each
+    checkpoint once."""
     config = {"model": {"d_model": 2}, "train": {"ema_decay": 0.9}}
     for step, value in ((3, 1.0), (6, 3.0)):
         checkpoint = {"config": config, "model": {"w": torch.full((2,), value)}, "tokenizer": torch.zeros(3)}
         save_checkpoint(checkpoint, tmp_path / f"step_{step}.pt")
+    loaded = []
+    monkeypatch.setattr(
+        averaging, "load_checkpoint", lambda path: loaded.append(path) or load_checkpoint(path)
+    )
     averaged = average_last(tmp_path, 2, "raw", has_ema=True)
+    assert loaded == [tmp_path / "step_3.pt", tmp_path / "step_6.pt"]
     assert averaged == tmp_path / "averaged.pt"
     state = load_checkpoint(averaged)
     assert torch.equal(state["model"]["w"], torch.full((2,), 2.0))

@@ -57,11 +57,15 @@ def checkpoint_weights(checkpoint: dict, path: Path, weights: str) -> dict:
     return checkpoint["model"]
 
 
-def average_checkpoints(paths: list[Path], weights: str = "raw") -> dict:
-    """The inference checkpoint whose weights are the mean of the ``weights`` ("raw" / "ema") of ``paths``."""
+def average_checkpoints(paths: list[Path], weights: str = "raw", older_as_ema: bool = False) -> dict:
+    """The inference checkpoint whose weights are the mean of the ``weights`` ("raw" / "ema") of ``paths``
+    (each loaded once). ``older_as_ema``: raw weights asked of checkpoints whose first kept only the moving
+    average (the older format) average the moving averages; its state's "averaged_weights" says which."""
     if not paths:
         raise CheckpointError("no checkpoints to average")
     first = load_checkpoint(paths[0])
+    if older_as_ema and weights == "raw" and "train_model" not in first:
+        weights = "ema"
     first["model"] = checkpoint_weights(first, paths[0], weights)
     total = {k: v.double() if v.is_floating_point() else v for k, v in first["model"].items()}
     for path in paths[1:]:
@@ -91,14 +95,13 @@ def average_last(run_dir: Path, n: int, weights: str, has_ema: bool) -> Path:
     """RUN_DIR/averaged.pt, written: the average of the ``weights`` ("raw" / "ema") of the run's last ``n``
     step checkpoints (a run's final test with ``eval.average_last``). A run with a moving average
     (``has_ema``) whose older checkpoints kept only that average averages the moving averages, and says so."""
-    paths = last_step_checkpoints(run_dir, n)
-    if weights == "raw" and has_ema and not all("train_model" in load_checkpoint(p) for p in paths):
+    averaged = average_checkpoints(last_step_checkpoints(run_dir, n), weights, older_as_ema=has_ema)
+    if averaged["state"]["averaged_weights"] != weights:
         print("warning: step checkpoints from before the raw weights were kept: averaging their moving "
               "averages (eval.average_weights=ema)", file=sys.stderr)  # fmt: skip
-        weights = "ema"
-    averaged = Path(run_dir) / "averaged.pt"
-    save_checkpoint(average_checkpoints(paths, weights), averaged)
-    return averaged
+    path = Path(run_dir) / "averaged.pt"
+    save_checkpoint(averaged, path)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
