@@ -9,6 +9,7 @@ CONFIG ?= multi30k_de_en  # a config the package ships (transformer/configs/), o
 RUN_DIR ?= runs/multi30k_de_en
 TRAIN_FLAGS ?=  # e.g. --overwrite to train again into RUN_DIR, --resume to continue it
 PYTEST_FLAGS ?=  # e.g. -x, -k attention, tests/core/test_model.py
+PYTEST_WORKERS ?= 2  # test processes side by side (pytest-xdist), each on one thread; 0: pytest alone
 
 .PHONY: help setup data train test lint clean
 
@@ -22,7 +23,8 @@ help:
 	@echo
 	@echo "variables: CONFIG=$(CONFIG)  RUN_DIR=$(RUN_DIR)  TRAIN_FLAGS=--overwrite|--resume"
 	@echo "           DATA_DIR=folder with the Multi30k files (else \$$MULTI30K_DIR, else your data folder;"
-	@echo "           MULTI30K_URL=another download mirror)  PYTEST_FLAGS=...  PYTHON=$(PYTHON)  VENV=$(VENV)"
+	@echo "           MULTI30K_URL=another download mirror)  PYTEST_FLAGS=...  PYTEST_WORKERS=$(PYTEST_WORKERS)"
+	@echo "           PYTHON=$(PYTHON)  VENV=$(VENV)"
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || { \
@@ -47,7 +49,7 @@ train: data
 	$(PY) train.py --config $(CONFIG) --run-dir $(RUN_DIR) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(TRAIN_FLAGS)
 
 test: data
-	$(if $(DATA_DIR),MULTI30K_DIR=$(DATA_DIR)) $(PY) -m pytest -v -rs $(PYTEST_FLAGS)
+	$(if $(DATA_DIR),MULTI30K_DIR=$(DATA_DIR)) $(PY) -m pytest -v -rs -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_FLAGS)
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

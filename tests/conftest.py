@@ -25,6 +25,13 @@ if not os.environ.get("TRANSFORMER_MT_CACHE"):
     atexit.register(shutil.rmtree, os.environ["TRANSFORMER_MT_CACHE"], ignore_errors=True)
 
 
+# pytest -n N (pytest-xdist, `make test`): N worker processes share the cores, so each computes on one thread,
+# and so do the commands its tests start (train.py, torchrun, the service): no core is asked for two threads.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

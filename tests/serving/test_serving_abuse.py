@@ -191,9 +191,16 @@ def test_the_batcher_keeps_nothing_per_batch(tiny_checkpoint):
 
 
 def test_attention_is_bounded_and_health_answers_meanwhile(server):
-    prefix = "A" * (1 << 20)
-    status, answer = server.translate(texts=[{"text": "Ein Hund.", "prefix": prefix}], attention=True)
-    assert status == 413  # a megabyte of prefix: over the body limit, refused before it is read
+    body = json.dumps({"texts": [{"text": "Ein Hund.", "prefix": "A" * (1 << 20)}], "attention": True})
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    connection.putrequest("POST", "/translate")  # a megabyte of prefix: over the default body limit,
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Content-Length", str(len(body)))
+    connection.endheaders()  # refused on its announced length, before a byte of it is sent (a client
+    response = connection.getresponse()  # still sending would find the connection closed under it)
+    assert response.status == 413
+    assert json.loads(response.read())["error"] == "body: over the limit of 1048576 bytes"
+    connection.close()
     status, answer = server.translate(texts=[{"text": "Ein Hund.", "prefix": "A" * 2000}], attention=True)
     assert status == 422 and "texts.0.prefix: 2000 characters, over the limit of 300" in answer["error"]
     largest = {"texts": [{"text": LONG[:300], "prefix": LONG[:300]}] * 4, "attention": True}
