@@ -58,6 +58,7 @@ from transformer.core.batches import make_batches
 from transformer.core.checkpoint import CheckpointError
 from transformer.inference.translator import Translator
 from transformer.runtime.checkpoints import load_for_inference
+from transformer.runtime.memory import keep_freed_memory
 from transformer.runtime.metrics import bleu_chrf
 from transformer.training.multi30k import load_multi30k
 
@@ -371,6 +372,7 @@ def main(argv=None) -> int:
     except CheckpointError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    keep_freed_memory(torch.device(args.device))  # as translate.py does, for every engine of this process
     data = config.data
     test = load_multi30k(data.src_lang, data.tgt_lang, args.data_dir)["test"].head(args.limit)
     settings = dataclasses.replace(

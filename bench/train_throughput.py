@@ -40,6 +40,7 @@ from transformer.core.optim import make_optimizer, set_lr
 from transformer.fast.output_loss import output_loss
 from transformer.fast.twins import speed_up
 from transformer.runtime.configs import load_config
+from transformer.runtime.memory import keep_freed_memory
 from transformer.runtime.precision import size_onednn_cache
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -254,6 +255,7 @@ def main():
     print(f"torch {torch.__version__}, {args.device} ({where}), {len(batches)} batches", flush=True)
     for dtype in dtypes.values():
         size_onednn_cache(torch.device(args.device), dtype)  # as train.py does, before the first bf16 matmul
+    keep_freed_memory(torch.device(args.device))  # as train.py does: for every model measured here
     roofline = {p: matmul_roofline(args.device, dtype) for p, dtype in dtypes.items()}
     measured = ", ".join(f"{p} {flops / 1e9:.0f} GFLOP/s" for p, flops in roofline.items())
     print(f"roofline (a 1024³ matmul, measured here): {measured}", flush=True)

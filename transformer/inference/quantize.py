@@ -36,6 +36,7 @@ from transformer.core.attention import MultiHeadAttention
 from transformer.core.model import Transformer
 from transformer.fast.attention import FastMultiHeadAttention
 from transformer.fast.twins import twin
+from transformer.runtime.memory import keep_freed_memory
 from transformer.runtime.precision import QUANTIZED_PRECISIONS, decoding_model, size_onednn_cache
 from transformer.runtime.quiet import quiet_libraries
 
@@ -187,4 +188,5 @@ def quantized_decoding_model(
     if device.type != "cpu":
         raise ValueError(f"precision {precision} decodes on the CPU, not on {device}")
     size_onednn_cache(device, torch.int8)
+    keep_freed_memory(device)
     return quantized_model(model, precision), None

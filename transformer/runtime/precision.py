@@ -13,6 +13,7 @@ import torch
 
 from transformer.core.config import PRECISIONS
 from transformer.core.model import Transformer
+from transformer.runtime.memory import keep_freed_memory
 
 QUANTIZED_PRECISIONS = ("int8", "int8-bf16")  # decoding only: int8 linear layers on the CPU (quantize.py)
 DECODE_PRECISIONS = PRECISIONS + QUANTIZED_PRECISIONS  # translate.py --precision
@@ -146,7 +147,9 @@ def decoding_model(
     """The model to decode with for ``precision`` ("auto", "fp32", "bf16", "fp16") and its autocast dtype
     (None: none). On the CPU, bf16 decodes a bf16 copy of the model without autocast (``model`` is left as
     it is): no weight or input is cast at each call. Elsewhere: ``model`` under autocast. Scores stay fp32
-    in every precision (``core/decoding.py``). oneDNN's kernel cache is sized first."""
+    in every precision (``core/decoding.py``). oneDNN's kernel cache is sized first, and on the CPU freed
+    memory is kept for the next step (``runtime/memory.py``)."""
+    keep_freed_memory(device)
     if precision == "bf16" and device.type == "cpu":
         size_onednn_cache(device, torch.bfloat16)
         return copy.deepcopy(model).to(torch.bfloat16), None

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from transformer.runtime.memory import keep_freed_memory
 from transformer.runtime.precision import (
     DeviceError,
     autocast,
@@ -113,6 +114,7 @@ def setup_runtime(device_name: str, precision: str) -> Runtime:
         waiting_group = dist.new_group(backend="gloo", timeout=timedelta(days=1))
     dtype = autocast_dtype(training_precision(precision, device), device)
     size_onednn_cache(device, dtype)
+    keep_freed_memory(device)
     runtime = Runtime(device, dtype, rank, world_size, waiting_group)
     if len(chosen := set(runtime.gather(runtime.precision))) > 1:  # "auto" on machines with other CPUs
         raise DeviceError(f"train.precision={precision} resolves differently across the ranks' machines "
