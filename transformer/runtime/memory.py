@@ -6,9 +6,10 @@ gradient of the logits under bf16, the plain core's whole logits), and so does e
 are freed, up to 32 MB) from fresh pages of the system, and gives it back when it is freed; the next step
 then touches every page anew, each a page fault, and a block above 32 MB always so. ``keep_freed_memory``
 serves blocks up to 1 GB from malloc's own heap and keeps up to 2 GB of freed memory there for the next
-step: what jemalloc or tcmalloc (``LD_PRELOAD``), or a caching allocator such as CTranslate2's, also do.
-The process keeps its peak memory instead of returning it between steps. Nothing is computed differently.
-Speeds: docs/benchmarks.md, "Speed choices in the code".
+step, as jemalloc or tcmalloc (``LD_PRELOAD``) would. The process keeps its peak memory instead of returning
+it between steps (the heap grows by a few of the largest blocks before each request finds a freed one).
+Nothing is computed differently. Any of malloc's variables set by the user turns it off (e.g.
+``MALLOC_TRIM_THRESHOLD_=131072``, glibc's initial value). Speeds: docs/benchmarks.md, "Speed choices in the code".
 """
 
 import ctypes
