@@ -9,7 +9,8 @@ serves blocks up to 1 GB from malloc's own heap and keeps up to 2 GB of freed me
 step, as jemalloc or tcmalloc (``LD_PRELOAD``) would. The process keeps its peak memory instead of returning
 it between steps (the heap grows by a few of the largest blocks before each request finds a freed one).
 Nothing is computed differently. Any of malloc's variables set by the user turns it off (e.g.
-``MALLOC_TRIM_THRESHOLD_=131072``, glibc's initial value). Speeds: docs/benchmarks.md, "Speed choices in the code".
+``MALLOC_TRIM_THRESHOLD_=131072``, glibc's initial value). Speeds: docs/benchmarks.md, "Speed choices in the
+code".
 """
 
 import ctypes
