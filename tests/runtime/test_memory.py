@@ -1,5 +1,6 @@
-"""runtime/memory.py: with ``keep_freed_memory``, a large block freed and asked for again comes back without
-the system paging it in anew; the user's own malloc settings and a GPU are left alone."""
+"""runtime/memory.py: with ``keep_freed_memory``, a large block comes from malloc's heap, not from pages
+mapped for it alone, and stays in the heap once freed; the user's own malloc settings and a GPU are left
+alone."""
 
 import os
 import subprocess
@@ -12,23 +13,27 @@ from helpers import ROOT, random_model
 from transformer.runtime import memory
 from transformer.runtime.precision import decoding_model
 
-# In a process of its own (the setting is the process's, for good): the minor page faults of filling a
-# 64 MB tensor (16384 pages of 4 KB) three times, each freed before the next, before the call and after it
-# (after four fills more: the heap grows by a few such blocks before each request finds a freed one).
-PAGE_FAULTS = """
-import resource, sys, torch
+# In a process of its own (the setting is the process's, for good), from glibc's own accounts (mallinfo2):
+# the MB a 64 MB tensor holds in blocks mapped apart from the heap, then the MB free in the heap once it is
+# freed; before the call and after it.
+HEAP_ACCOUNTS = """
+import ctypes, torch
 from transformer.runtime.memory import keep_freed_memory
 
-def faults_of_fills(n):
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(n):
-        torch.ones(16 << 20).sum()  # 64 MB, freed at once
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+class Info(ctypes.Structure):
+    names = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+    _fields_ = [(name, ctypes.c_size_t) for name in names.split()]
 
-default = faults_of_fills(3)
-applied = keep_freed_memory(torch.device("cpu"))
-faults_of_fills(4)
-print(default, applied, faults_of_fills(3))
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+
+def mapped_then_kept():
+    block = torch.ones(16 << 20)  # 64 MB
+    mapped = libc.mallinfo2().hblkhd >> 20
+    del block
+    return mapped, libc.mallinfo2().fordblks >> 20
+
+print(*mapped_then_kept(), keep_freed_memory(torch.device("cpu")), *mapped_then_kept())
 """
 
 
@@ -40,15 +45,30 @@ def unset(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-def test_a_freed_block_is_not_paged_in_again(unset):
+def test_a_large_block_comes_from_the_heap_and_stays_there_once_freed(unset):
     env = {name: value for name, value in os.environ.items() if name not in memory.USER_SETTINGS}
-    done = subprocess.run([sys.executable, "-c", PAGE_FAULTS], capture_output=True, text=True, cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", HEAP_ACCOUNTS], capture_output=True, text=True, cwd=ROOT,
                           env=env, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    default, applied, kept = done.stdout.split()
+    mapped_before, kept_before, applied, mapped, kept = done.stdout.split()
     assert applied == "True"
-    assert int(default) > 45000  # glibc's default: 64 MB is above its largest mmap threshold, paged in anew
-    assert int(kept) < 1000  # freed blocks served again from the heap
+    assert int(mapped_before) >= 64 and int(kept_before) < 64  # glibc's default: mapped, given back
+    assert int(mapped) < 64 and int(kept) >= 64  # from the heap, and kept there for the next step
+
+
+def test_both_thresholds_go_to_mallopt(unset, monkeypatch):
+    """The trim threshold is what keeps a freed block at the heap's top (the test above cannot place one
+    there): glibc's malloc.h numbers, M_MMAP_THRESHOLD -3 and M_TRIM_THRESHOLD -1."""
+    calls = []
+
+    class Libc:
+        def mallopt(self, parameter: int, value: int) -> int:
+            calls.append((parameter, value))
+            return 1
+
+    monkeypatch.setattr(memory.ctypes, "CDLL", lambda name: Libc())
+    assert memory.keep_freed_memory(torch.device("cpu")) is True
+    assert calls == [(-3, 1 << 30), (-1, (1 << 31) - 1)]
 
 
 def test_the_users_malloc_settings_and_a_gpu_are_left_alone(unset, monkeypatch):
