@@ -105,12 +105,13 @@ class _OutputLoss(torch.autograd.Function):
             grad.scatter_add_(1, target[rows, None], grad.new_full((grad.size(0), 1), eps - 1.0))  # − (1 − ε)
             if grad_b is not None:
                 grad_b += grad.sum(dim=0)
-            grad = grad.to(x.dtype)  # (n, V) in the operands' precision
-            grad_x[rows] = grad @ w  # (n, D)
             if low:
-                grad_logits[rows] = grad
+                grad_logits[rows] = grad  # (n, V) cast to the operands' precision as it is stored
+                grad = grad_logits[rows]
             else:
+                grad = grad.to(x.dtype)  # (n, V) in the operands' precision
                 grad_w.addmm_(grad.t(), x[rows])  # (V, D) += (V, n) @ (n, D), added by the matmul
+            grad_x[rows] = grad @ w  # (n, D)
         if low:
             grad_w += grad_logits.t() @ x  # (V, D) = (V, N) @ (N, D), then an fp32 sum
         ctx.save_for_backward(grad_x, grad_w, *(() if grad_b is None else (grad_b,)))
