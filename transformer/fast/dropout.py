@@ -40,7 +40,10 @@ def _draw_kept(x: torch.Tensor, p: float) -> tuple[torch.Tensor, float]:
     """(kept: bool, x's shape; 1 / (1 - p) with p rounded to a multiple of 1/65536)."""
     n = x.numel()
     drop_below = round(p * 65536)  # of 65536 equally likely 16-bit values
-    words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
+    # each 64-bit word as the generator gives it (``to=None``: no 64-bit division by the range, see
+    # docs/benchmarks.md, "Speed choices in the code"), its top bit flipped: the very words of
+    # ``random_(-2**63, 2**63 - 1)`` from the same generator state
+    words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None).bitwise_xor_(-(2**63))
     numbers = words.view(torch.int16)[:n].view(x.shape)  # uniform on [-32768, 32767]
     return numbers >= drop_below - 32768, 65536 / (65536 - drop_below)
 
