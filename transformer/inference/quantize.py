@@ -74,8 +74,9 @@ def quantize_per_row(x: torch.Tensor, qmax: int) -> tuple[torch.Tensor, torch.Te
     largest = x.abs().amax(dim=-1, keepdim=True).float()  # (N, 1) exact in x's dtype
     scale = (largest / (qmax + 0.5)).clamp_min_(EPS)  # (N, 1)
     scaled = x * (1.0 / scale)  # (N, K) fp32 products even for a bf16 x (a dimensioned fp32 factor)
-    values = scaled.round_().clamp_(-qmax - 1, qmax).add_(ZERO_POINT).to(torch.uint8)  # (N, K)
-    return values, scale
+    values = scaled.round_().clamp_(-qmax - 1, qmax).to(torch.int8)  # (N, K) v in [-qmax - 1, qmax]
+    # v's bits read as uint8, plus 128 modulo 256, are v + 128: the shift made in 1-byte numbers
+    return values.view(torch.uint8).add_(ZERO_POINT), scale
 
 
 class Int8Linear(nn.Module):
